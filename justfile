@@ -1,0 +1,48 @@
+# segpredict tasks. `just run` and `just test` are the quick start.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := justfile_directory() / ".venv"
+python := venv / "bin/python"
+export LIBTORCH_USE_PYTORCH := "1"
+export VIRTUAL_ENV := venv
+export PATH := venv / "bin" + ":" + env_var("PATH")
+
+default: run
+
+# Create the venv with torch 2.11.0 (libtorch for tch) and the Python tools' packages. Idempotent.
+setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    stamp="{{venv}}/.segpredict-setup"
+    want="$(sha256sum tools/requirements.txt | cut -d' ' -f1)"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+    if [ ! -x "{{python}}" ]; then python3 -m venv "{{venv}}"; fi
+    "{{python}}" -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+    echo "$want" > "$stamp"
+
+# Build the release binary.
+build: setup
+    cargo build --release
+
+# Set up, build, and predict the sample; prints where the output went.
+run: build
+    ./target/release/segpredict run pipelines/sample.toml
+
+# The test suite (CPU only; GPU tests skip without a GPU).
+test: setup
+    cargo test --release
+
+# fmt, clippy, tests.
+check: setup
+    cargo fmt --check
+    cargo clippy --release --all-targets -- -D warnings
+    cargo test --release
+
+# Rebuild the sample Parquet file from scikit-learn's digits (byte-identical).
+sample: setup
+    {{python}} sample_data/make_sample.py
+
+# Train digits-small and write digits-seed (TorchScript) under models/.
+models: setup
+    {{python}} tools/make_models.py

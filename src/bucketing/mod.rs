@@ -1,0 +1,943 @@
+//! Bucketing: deciding which rows share a GPU batch.
+//!
+//! Rows carry wildly different numbers of image segments, and the model's conv
+//! input grows with the segments in a batch, not the rows. So batches are
+//! formed under a *segment budget* (plus a row cap) to keep GPU memory flat,
+//! and rows of similar size are grouped (log2 buckets) so batches fill close to
+//! the budget. Each batch's segment total is padded up to one of a few size
+//! classes so the model sees few distinct shapes.
+//!
+//! The planning here is pure: no I/O, no threads, no tensors. It owns the
+//! `[bucketing]` config section, the buckets, and the rules for when a batch
+//! leaves. `stage.rs` is the pipeline stage around it: one thread that feeds
+//! it rows and lays each planned batch out as one contiguous [`Batch`].
+//!
+//! [`Batch`]: crate::message::Batch
+
+mod size_classes;
+mod stage;
+
+pub use size_classes::{default_size_classes, pad_to_class};
+pub use stage::{run_bucketing, BucketingReport};
+
+use size_classes::classes_under_budget;
+
+/// Anything with a segment count can be bucketed.
+pub trait Segmented {
+    fn n_segments(&self) -> usize;
+}
+
+/// The `[bucketing]` section of the pipeline TOML.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BucketingConfig {
+    /// Segment budget: the most segments (summed over rows) in one batch.
+    /// Default 4096. Peak GPU memory grows linearly with it; too low and the
+    /// GPU idles between small batches.
+    pub max_segments: usize,
+    /// Row cap per batch, whatever the segments. Default 1024. Bounds per-row
+    /// overhead (row tensors, output rows) when rows have very few segments;
+    /// too low and batches of tiny rows stay far below the segment budget.
+    pub max_rows: usize,
+    /// Bound on rows held across all buckets; when reached, the bucket with the
+    /// most segments leaves early, possibly under-filled. Default 16384. Host
+    /// memory for held rows grows with it; too low and rare-size buckets are
+    /// flushed before they fill, wasting GPU work on padding.
+    pub max_held_rows: usize,
+    /// Pad each batch's segment total up to a size class so the model sees few
+    /// shapes. Default true. Costs the padded segments' compute (at most the
+    /// gap to the next class); saves re-tuning and allocator churn per shape.
+    pub pad_to_size_classes: bool,
+    /// Explicit size classes (segment totals, strictly ascending, the largest
+    /// equal to `max_segments`). Default: derived from `max_segments`
+    /// (B/16, B/8, B/4, B/2, 3B/4, B, rounded up to multiples of 8). More
+    /// classes mean less padding but more distinct shapes to warm up.
+    pub size_classes: Option<Vec<usize>>,
+}
+
+impl Default for BucketingConfig {
+    fn default() -> Self {
+        Self {
+            max_segments: 4096,
+            max_rows: 1024,
+            max_held_rows: 16384,
+            pad_to_size_classes: true,
+            size_classes: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum BucketingError {
+    #[error("bucketing: max_segments must be at least 1")]
+    ZeroBudget,
+    #[error("bucketing: max_rows must be at least 1")]
+    ZeroMaxRows,
+    #[error("bucketing: max_held_rows must be at least 1")]
+    ZeroMaxHeldRows,
+    #[error("bucketing: size_classes must not be empty")]
+    EmptySizeClasses,
+    #[error("bucketing: size_classes must all be at least 1")]
+    ZeroSizeClass,
+    #[error("bucketing: size_classes must be strictly ascending, but {next} follows {prev}")]
+    SizeClassesNotAscending { prev: usize, next: usize },
+    #[error(
+        "bucketing: the largest size class ({largest}) must equal max_segments ({max_segments})"
+    )]
+    LargestClassNotBudget { largest: usize, max_segments: usize },
+    #[error("bucketing: the segment budget can only be lowered, not raised from {current} to {requested}")]
+    BudgetNotLowered { current: usize, requested: usize },
+}
+
+impl BucketingConfig {
+    pub fn validate(&self) -> Result<(), BucketingError> {
+        if self.max_segments == 0 {
+            return Err(BucketingError::ZeroBudget);
+        }
+        if self.max_rows == 0 {
+            return Err(BucketingError::ZeroMaxRows);
+        }
+        if self.max_held_rows == 0 {
+            return Err(BucketingError::ZeroMaxHeldRows);
+        }
+        match &self.size_classes {
+            Some(classes) => validate_size_classes(classes, self.max_segments),
+            None => Ok(()),
+        }
+    }
+
+    /// The classes this config pads to: the explicit ones, or the default
+    /// ladder for its budget.
+    pub fn effective_size_classes(&self) -> Vec<usize> {
+        self.size_classes
+            .clone()
+            .unwrap_or_else(|| default_size_classes(self.max_segments))
+    }
+}
+
+fn validate_size_classes(classes: &[usize], max_segments: usize) -> Result<(), BucketingError> {
+    let Some(&largest) = classes.last() else {
+        return Err(BucketingError::EmptySizeClasses);
+    };
+    if classes.contains(&0) {
+        return Err(BucketingError::ZeroSizeClass);
+    }
+    if let Some(pair) = classes.windows(2).find(|pair| pair[0] >= pair[1]) {
+        return Err(BucketingError::SizeClassesNotAscending {
+            prev: pair[0],
+            next: pair[1],
+        });
+    }
+    // Every batch within budget must have a class to pad to, and no class may
+    // promise a shape larger than the budget allows.
+    if largest != max_segments {
+        return Err(BucketingError::LargestClassNotBudget {
+            largest,
+            max_segments,
+        });
+    }
+    Ok(())
+}
+
+/// Why a batch left its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlushReason {
+    /// The bucket hit the segment budget, or the next row would have passed it.
+    BudgetReached,
+    /// The bucket hit `max_rows`.
+    RowCapReached,
+    /// Too many rows were held overall; the bucket with the most segments left early.
+    MemoryBound,
+    /// Input ended; whatever was held left.
+    EndOfInput,
+    /// A single row over the budget, sent alone.
+    Oversized,
+}
+
+/// One batch, ready to become tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedBatch<T> {
+    /// Rows in arrival order.
+    pub rows: Vec<T>,
+    /// Real segments: the sum of rows' n_segments.
+    pub n_segments: usize,
+    /// Segments the model will see: n_segments padded up to a size class
+    /// (== n_segments when padding is off or the batch is an oversized lone row).
+    pub padded_segments: usize,
+    pub reason: FlushReason,
+}
+
+impl<T> PlannedBatch<T> {
+    pub fn is_oversized(&self) -> bool {
+        self.reason == FlushReason::Oversized
+    }
+
+    /// Segments of zero padding the model will process for this batch.
+    pub fn padding_segments(&self) -> usize {
+        self.padded_segments.saturating_sub(self.n_segments)
+    }
+}
+
+/// One bucket per possible log2 of a segment count: a usize has at most
+/// `usize::BITS` of them, so a fixed array covers every row.
+const BUCKET_COUNT: usize = usize::BITS as usize;
+
+/// Rows with n_segments in [2^k, 2^(k+1)) for bucket k; zero-segment rows
+/// share bucket 0.
+fn bucket_index(n_segments: usize) -> usize {
+    n_segments.checked_ilog2().unwrap_or(0) as usize
+}
+
+struct Bucket<T> {
+    rows: Vec<T>,
+    /// Running total so push never re-sums the bucket.
+    segments: usize,
+}
+
+impl<T> Bucket<T> {
+    fn new() -> Self {
+        Self {
+            rows: Vec::new(),
+            segments: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    fn take_rows(&mut self) -> Vec<T> {
+        self.segments = 0;
+        std::mem::take(&mut self.rows)
+    }
+}
+
+/// Groups rows into batches under a segment budget and a row cap.
+pub struct Bucketer<T: Segmented> {
+    buckets: [Bucket<T>; BUCKET_COUNT],
+    held_rows: usize,
+    max_segments: usize,
+    max_rows: usize,
+    max_held_rows: usize,
+    pad_to_size_classes: bool,
+    size_classes: Vec<usize>,
+    /// Set by `lower_budget`: some buckets may now hold more than the budget
+    /// and must be split before anything else happens.
+    replan_pending: bool,
+}
+
+impl<T: Segmented> Bucketer<T> {
+    pub fn new(config: &BucketingConfig) -> Result<Self, BucketingError> {
+        config.validate()?;
+        Ok(Self {
+            buckets: std::array::from_fn(|_| Bucket::new()),
+            held_rows: 0,
+            max_segments: config.max_segments,
+            max_rows: config.max_rows,
+            max_held_rows: config.max_held_rows,
+            pad_to_size_classes: config.pad_to_size_classes,
+            size_classes: config.effective_size_classes(),
+            replan_pending: false,
+        })
+    }
+
+    /// Adds one row; returns the batches that became ready (often none).
+    pub fn push(&mut self, row: T) -> Vec<PlannedBatch<T>> {
+        let mut ready = Vec::new();
+        if self.replan_pending {
+            self.replan_over_budget_buckets(&mut ready);
+        }
+        let n = row.n_segments();
+        if n > self.max_segments {
+            // Holding it could never help: no partner fits beside it.
+            ready.push(self.oversized_batch(row));
+            return ready;
+        }
+        let index = bucket_index(n);
+        if self.bucket(index).segments.saturating_add(n) > self.max_segments {
+            self.flush_bucket(index, FlushReason::BudgetReached, &mut ready);
+        }
+        self.hold(index, row);
+        if let Some(reason) = self.full_reason(index) {
+            self.flush_bucket(index, reason, &mut ready);
+        }
+        if self.held_rows >= self.max_held_rows {
+            self.flush_fullest_bucket(&mut ready);
+        }
+        ready
+    }
+
+    /// End of input: everything left leaves, in batches that still respect
+    /// budget and row cap.
+    pub fn finish(&mut self) -> Vec<PlannedBatch<T>> {
+        let mut ready = Vec::new();
+        for index in 0..BUCKET_COUNT {
+            self.flush_bucket(index, FlushReason::EndOfInput, &mut ready);
+        }
+        self.replan_pending = false;
+        ready
+    }
+
+    /// Lowers the segment budget for the rest of the run (used after a GPU
+    /// out-of-memory). Size classes above the new budget are dropped and the
+    /// new budget becomes the largest class. Rows already held are re-planned
+    /// lazily: any bucket now over budget flushes in valid batches on the next
+    /// push/finish. Lowering to the current budget is a no-op; zero, or a
+    /// raise, is an error.
+    pub fn lower_budget(&mut self, new_budget: usize) -> Result<(), BucketingError> {
+        if new_budget == 0 {
+            return Err(BucketingError::ZeroBudget);
+        }
+        if new_budget > self.max_segments {
+            return Err(BucketingError::BudgetNotLowered {
+                current: self.max_segments,
+                requested: new_budget,
+            });
+        }
+        if new_budget == self.max_segments {
+            return Ok(());
+        }
+        self.max_segments = new_budget;
+        self.size_classes = classes_under_budget(&self.size_classes, new_budget);
+        self.replan_pending = true;
+        Ok(())
+    }
+
+    pub fn max_segments(&self) -> usize {
+        self.max_segments
+    }
+
+    pub fn held_rows(&self) -> usize {
+        self.held_rows
+    }
+
+    pub fn size_classes(&self) -> &[usize] {
+        &self.size_classes
+    }
+
+    fn bucket(&self, index: usize) -> &Bucket<T> {
+        // `bucket_index` is an ilog2 of a usize, always < BUCKET_COUNT; the
+        // clamp only spares a reader from checking that.
+        &self.buckets[index.min(BUCKET_COUNT - 1)]
+    }
+
+    fn bucket_mut(&mut self, index: usize) -> &mut Bucket<T> {
+        &mut self.buckets[index.min(BUCKET_COUNT - 1)]
+    }
+
+    fn hold(&mut self, index: usize, row: T) {
+        let n = row.n_segments();
+        let bucket = self.bucket_mut(index);
+        bucket.segments = bucket.segments.saturating_add(n);
+        bucket.rows.push(row);
+        self.held_rows += 1;
+    }
+
+    fn take_bucket(&mut self, index: usize) -> Vec<T> {
+        let rows = self.bucket_mut(index).take_rows();
+        self.held_rows -= rows.len();
+        rows
+    }
+
+    /// Why the bucket must leave now, if it is full: a bucket exactly at budget
+    /// cannot take any further row, so waiting gains nothing.
+    fn full_reason(&self, index: usize) -> Option<FlushReason> {
+        let bucket = self.bucket(index);
+        if bucket.segments >= self.max_segments {
+            Some(FlushReason::BudgetReached)
+        } else if bucket.rows.len() >= self.max_rows {
+            Some(FlushReason::RowCapReached)
+        } else {
+            None
+        }
+    }
+
+    /// The whole bucket leaves, split as needed to respect budget and row cap.
+    fn flush_bucket(
+        &mut self,
+        index: usize,
+        reason: FlushReason,
+        ready: &mut Vec<PlannedBatch<T>>,
+    ) {
+        let rows = self.take_bucket(index);
+        ready.extend(self.split_into_batches(rows, reason));
+    }
+
+    /// Bounds host memory: the bucket with the most segments is the one whose
+    /// early departure wastes the least of the budget.
+    fn flush_fullest_bucket(&mut self, ready: &mut Vec<PlannedBatch<T>>) {
+        if let Some(index) = self.fullest_bucket() {
+            self.flush_bucket(index, FlushReason::MemoryBound, ready);
+        }
+    }
+
+    fn fullest_bucket(&self) -> Option<usize> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, bucket)| !bucket.is_empty())
+            .max_by_key(|(_, bucket)| (bucket.segments, bucket.rows.len()))
+            .map(|(index, _)| index)
+    }
+
+    /// After `lower_budget`: split every bucket now over budget into full
+    /// batches, keeping an under-filled tail held so it can still fill up.
+    fn replan_over_budget_buckets(&mut self, ready: &mut Vec<PlannedBatch<T>>) {
+        self.replan_pending = false;
+        for index in 0..BUCKET_COUNT {
+            if self.bucket(index).segments <= self.max_segments {
+                continue;
+            }
+            let rows = self.take_bucket(index);
+            let mut batches = self.split_into_batches(rows, FlushReason::BudgetReached);
+            let tail_can_grow = batches.last().is_some_and(|tail| self.can_grow(tail));
+            let held_tail = if tail_can_grow { batches.pop() } else { None };
+            ready.extend(batches);
+            for row in held_tail.into_iter().flat_map(|tail| tail.rows) {
+                self.hold(index, row);
+            }
+        }
+    }
+
+    /// Whether a batch still has room under both budget and row cap.
+    fn can_grow(&self, batch: &PlannedBatch<T>) -> bool {
+        !batch.is_oversized()
+            && batch.n_segments < self.max_segments
+            && batch.rows.len() < self.max_rows
+    }
+
+    /// Greedy split in arrival order: a batch closes when the next row would
+    /// pass the budget or the row cap. Rows over the budget (possible after
+    /// `lower_budget`) leave alone as oversized.
+    fn split_into_batches(&self, rows: Vec<T>, reason: FlushReason) -> Vec<PlannedBatch<T>> {
+        let mut batches = Vec::new();
+        let mut current: Vec<T> = Vec::new();
+        let mut current_segments = 0usize;
+        for row in rows {
+            let n = row.n_segments();
+            if n > self.max_segments {
+                batches.push(self.oversized_batch(row));
+                continue;
+            }
+            let over_budget = current_segments.saturating_add(n) > self.max_segments;
+            if !current.is_empty() && (over_budget || current.len() >= self.max_rows) {
+                let full = std::mem::take(&mut current);
+                batches.push(self.batch(full, current_segments, reason));
+                current_segments = 0;
+            }
+            current_segments = current_segments.saturating_add(n);
+            current.push(row);
+        }
+        if !current.is_empty() {
+            batches.push(self.batch(current, current_segments, reason));
+        }
+        batches
+    }
+
+    fn batch(&self, rows: Vec<T>, n_segments: usize, reason: FlushReason) -> PlannedBatch<T> {
+        PlannedBatch {
+            rows,
+            n_segments,
+            padded_segments: self.padded(n_segments),
+            reason,
+        }
+    }
+
+    fn oversized_batch(&self, row: T) -> PlannedBatch<T> {
+        let n_segments = row.n_segments();
+        PlannedBatch {
+            rows: vec![row],
+            n_segments,
+            padded_segments: n_segments,
+            reason: FlushReason::Oversized,
+        }
+    }
+
+    /// Falls back to the real total should it ever pass the largest class;
+    /// batches within budget always fit because the largest class is the budget.
+    fn padded(&self, n_segments: usize) -> usize {
+        if !self.pad_to_size_classes {
+            return n_segments;
+        }
+        pad_to_class(&self.size_classes, n_segments).unwrap_or(n_segments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Row {
+        id: usize,
+        segments: usize,
+    }
+
+    impl Segmented for Row {
+        fn n_segments(&self) -> usize {
+            self.segments
+        }
+    }
+
+    fn rows(segments: &[usize]) -> Vec<Row> {
+        segments
+            .iter()
+            .enumerate()
+            .map(|(id, &segments)| Row { id, segments })
+            .collect()
+    }
+
+    fn config(max_segments: usize, max_rows: usize, max_held_rows: usize) -> BucketingConfig {
+        BucketingConfig {
+            max_segments,
+            max_rows,
+            max_held_rows,
+            ..BucketingConfig::default()
+        }
+    }
+
+    fn bucketer(config: &BucketingConfig) -> Bucketer<Row> {
+        Bucketer::new(config).expect("test config is valid")
+    }
+
+    fn push_all(bucketer: &mut Bucketer<Row>, rows: Vec<Row>) -> Vec<PlannedBatch<Row>> {
+        rows.into_iter()
+            .flat_map(|row| bucketer.push(row))
+            .collect()
+    }
+
+    fn ids(batch: &PlannedBatch<Row>) -> Vec<usize> {
+        batch.rows.iter().map(|row| row.id).collect()
+    }
+
+    // ---- config ----
+
+    #[test]
+    fn defaults_match_the_documented_values() {
+        let config = BucketingConfig::default();
+        assert_eq!(config.max_segments, 4096);
+        assert_eq!(config.max_rows, 1024);
+        assert_eq!(config.max_held_rows, 16384);
+        assert!(config.pad_to_size_classes);
+        assert_eq!(config.size_classes, None);
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn config_reads_from_toml_with_defaults_for_missing_fields() {
+        let config: BucketingConfig =
+            toml::from_str("max_segments = 2048\nsize_classes = [512, 1024, 2048]\n")
+                .expect("valid toml");
+        assert_eq!(config.max_segments, 2048);
+        assert_eq!(config.max_rows, 1024);
+        assert_eq!(config.size_classes, Some(vec![512, 1024, 2048]));
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn config_rejects_unknown_fields() {
+        assert!(toml::from_str::<BucketingConfig>("max_segmets = 10\n").is_err());
+    }
+
+    #[test]
+    fn validation_rejects_each_bad_setting() {
+        let cases = [
+            (config(0, 1, 1), BucketingError::ZeroBudget),
+            (config(8, 0, 1), BucketingError::ZeroMaxRows),
+            (config(8, 1, 0), BucketingError::ZeroMaxHeldRows),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(config.validate(), Err(expected.clone()));
+            assert_eq!(Bucketer::<Row>::new(&config).err(), Some(expected));
+        }
+        let with_classes = |classes: Vec<usize>| BucketingConfig {
+            size_classes: Some(classes),
+            ..config(100, 10, 10)
+        };
+        assert_eq!(
+            with_classes(vec![]).validate(),
+            Err(BucketingError::EmptySizeClasses)
+        );
+        assert_eq!(
+            with_classes(vec![0, 100]).validate(),
+            Err(BucketingError::ZeroSizeClass)
+        );
+        assert_eq!(
+            with_classes(vec![50, 50, 100]).validate(),
+            Err(BucketingError::SizeClassesNotAscending { prev: 50, next: 50 })
+        );
+        assert_eq!(
+            with_classes(vec![60, 50, 100]).validate(),
+            Err(BucketingError::SizeClassesNotAscending { prev: 60, next: 50 })
+        );
+        assert_eq!(
+            with_classes(vec![50, 90]).validate(),
+            Err(BucketingError::LargestClassNotBudget {
+                largest: 90,
+                max_segments: 100
+            })
+        );
+        assert_eq!(with_classes(vec![50, 100]).validate(), Ok(()));
+    }
+
+    #[test]
+    fn explicit_classes_are_used() {
+        let config = BucketingConfig {
+            size_classes: Some(vec![30, 100]),
+            ..config(100, 10, 100)
+        };
+        let mut bucketer = bucketer(&config);
+        assert_eq!(bucketer.size_classes(), &[30, 100]);
+        let batches = push_all(&mut bucketer, rows(&[10, 10]));
+        assert!(batches.is_empty());
+        let batches = bucketer.finish();
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].n_segments, 20);
+        assert_eq!(batches[0].padded_segments, 30);
+    }
+
+    // ---- hand-written behaviour ----
+
+    #[test]
+    fn next_row_over_budget_sends_the_bucket_first() {
+        let mut bucketer = bucketer(&config(100, 100, 1000));
+        let batches = push_all(&mut bucketer, rows(&[40, 40, 40]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(ids(&batches[0]), vec![0, 1]);
+        assert_eq!(batches[0].n_segments, 80);
+        assert_eq!(batches[0].reason, FlushReason::BudgetReached);
+        assert_eq!(bucketer.held_rows(), 1);
+    }
+
+    #[test]
+    fn bucket_exactly_at_budget_leaves_at_once() {
+        let mut bucketer = bucketer(&config(100, 100, 1000));
+        let batches = push_all(&mut bucketer, rows(&[50, 50]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].n_segments, 100);
+        assert_eq!(batches[0].padded_segments, 100);
+        assert_eq!(batches[0].reason, FlushReason::BudgetReached);
+        assert_eq!(bucketer.held_rows(), 0);
+    }
+
+    #[test]
+    fn row_cap_sends_the_bucket() {
+        let mut bucketer = bucketer(&config(100, 3, 1000));
+        let batches = push_all(&mut bucketer, rows(&[2, 2, 2, 2]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(ids(&batches[0]), vec![0, 1, 2]);
+        assert_eq!(batches[0].reason, FlushReason::RowCapReached);
+        assert_eq!(bucketer.held_rows(), 1);
+    }
+
+    #[test]
+    fn oversized_row_leaves_alone_and_is_never_held() {
+        let mut bucketer = bucketer(&config(100, 100, 1000));
+        let batches = push_all(&mut bucketer, rows(&[10, 250, 10]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(ids(&batches[0]), vec![1]);
+        assert!(batches[0].is_oversized());
+        assert_eq!(batches[0].n_segments, 250);
+        assert_eq!(batches[0].padded_segments, 250);
+        assert_eq!(bucketer.held_rows(), 2);
+        let rest = bucketer.finish();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(ids(&rest[0]), vec![0, 2]);
+    }
+
+    #[test]
+    fn rows_of_different_magnitudes_batch_apart() {
+        let mut bucketer = bucketer(&config(1000, 100, 1000));
+        push_all(&mut bucketer, rows(&[3, 300, 2, 260, 3]));
+        let mut batches = bucketer.finish();
+        batches.sort_by_key(|batch| batch.n_segments);
+        assert_eq!(ids(&batches[0]), vec![0, 2, 4]);
+        assert_eq!(ids(&batches[1]), vec![1, 3]);
+        assert!(batches
+            .iter()
+            .all(|batch| batch.reason == FlushReason::EndOfInput));
+    }
+
+    #[test]
+    fn memory_bound_sends_the_bucket_with_most_segments() {
+        let mut bucketer = bucketer(&config(1000, 100, 4));
+        let batches = push_all(&mut bucketer, rows(&[2, 100, 3, 120]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(ids(&batches[0]), vec![1, 3]);
+        assert_eq!(batches[0].reason, FlushReason::MemoryBound);
+        assert_eq!(bucketer.held_rows(), 2);
+    }
+
+    #[test]
+    fn finish_drains_everything() {
+        let mut bucketer = bucketer(&config(64, 100, 1000));
+        push_all(&mut bucketer, rows(&[1, 5, 9, 17, 33, 2]));
+        let batches = bucketer.finish();
+        assert_eq!(bucketer.held_rows(), 0);
+        let total: usize = batches.iter().map(|batch| batch.rows.len()).sum();
+        assert_eq!(total, 6);
+        assert!(bucketer.finish().is_empty());
+    }
+
+    #[test]
+    fn padding_rounds_up_to_a_class_or_is_off() {
+        let mut padded = bucketer(&config(4096, 1024, 16384));
+        padded.push(Row {
+            id: 0,
+            segments: 700,
+        });
+        let batches = padded.finish();
+        assert_eq!(batches[0].padded_segments, 1024);
+        assert_eq!(batches[0].padding_segments(), 324);
+
+        let unpadded_config = BucketingConfig {
+            pad_to_size_classes: false,
+            ..config(4096, 1024, 16384)
+        };
+        let mut unpadded = bucketer(&unpadded_config);
+        unpadded.push(Row {
+            id: 0,
+            segments: 700,
+        });
+        assert_eq!(unpadded.finish()[0].padded_segments, 700);
+    }
+
+    #[test]
+    fn zero_segment_rows_are_held_and_capped_by_rows() {
+        let mut bucketer = bucketer(&config(100, 2, 1000));
+        let batches = push_all(&mut bucketer, rows(&[0, 0, 0]));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].n_segments, 0);
+        assert_eq!(batches[0].reason, FlushReason::RowCapReached);
+    }
+
+    #[test]
+    fn lower_budget_rejects_zero_and_raises() {
+        let mut bucketer = bucketer(&config(100, 10, 100));
+        assert_eq!(bucketer.lower_budget(0), Err(BucketingError::ZeroBudget));
+        assert_eq!(
+            bucketer.lower_budget(101),
+            Err(BucketingError::BudgetNotLowered {
+                current: 100,
+                requested: 101
+            })
+        );
+        assert_eq!(bucketer.lower_budget(100), Ok(()));
+        assert_eq!(bucketer.max_segments(), 100);
+    }
+
+    #[test]
+    fn lower_budget_trims_classes() {
+        let mut bucketer = bucketer(&config(4096, 1024, 16384));
+        assert_eq!(bucketer.lower_budget(2000), Ok(()));
+        assert_eq!(bucketer.max_segments(), 2000);
+        assert_eq!(bucketer.size_classes(), &[256, 512, 1024, 2000]);
+    }
+
+    #[test]
+    fn lower_budget_replans_held_rows_on_next_push() {
+        let mut bucketer = bucketer(&config(100, 100, 1000));
+        assert!(push_all(&mut bucketer, rows(&[40, 40, 20])).is_empty());
+        assert_eq!(bucketer.held_rows(), 3);
+        // Bucket 5 holds 40+40 = 80; bucket 4 holds 20.
+        bucketer.lower_budget(50).expect("non-zero lowering");
+        let batches = bucketer.push(Row { id: 3, segments: 1 });
+        assert_eq!(batches.len(), 1);
+        assert_eq!(ids(&batches[0]), vec![0]);
+        assert_eq!(batches[0].n_segments, 40);
+        assert_eq!(batches[0].padded_segments, 50);
+        // The second 40 stays held: it may still pair with a later small row.
+        assert_eq!(bucketer.held_rows(), 3);
+        let rest = bucketer.finish();
+        assert!(rest.iter().all(|batch| batch.n_segments <= 50));
+        assert_eq!(bucketer.held_rows(), 0);
+    }
+
+    #[test]
+    fn lower_budget_sends_held_rows_now_oversized_alone() {
+        let mut bucketer = bucketer(&config(100, 100, 1000));
+        push_all(&mut bucketer, rows(&[70, 10]));
+        bucketer.lower_budget(30).expect("non-zero lowering");
+        let batches = bucketer.finish();
+        let oversized: Vec<_> = batches
+            .iter()
+            .filter(|batch| batch.is_oversized())
+            .collect();
+        assert_eq!(oversized.len(), 1);
+        assert_eq!(ids(oversized[0]), vec![0]);
+        assert_eq!(oversized[0].padded_segments, 70);
+    }
+
+    #[test]
+    fn skewed_stream_fills_batches_near_the_budget() {
+        let budget = 4096;
+        let mut bucketer = bucketer(&config(budget, 1024, 16384));
+        let segments: Vec<usize> = (0..20_000)
+            .map(|i| if i % 97 == 0 { 2000 } else { 17 + i % 3 })
+            .collect();
+        let batches = push_all(&mut bucketer, rows(&segments));
+        assert!(batches.len() > 10);
+        let fill: f64 = batches
+            .iter()
+            .map(|batch| batch.n_segments as f64 / budget as f64)
+            .sum::<f64>()
+            / batches.len() as f64;
+        assert!(fill >= 0.9, "mean fill {fill}");
+    }
+
+    // ---- invariants over random streams ----
+
+    #[derive(Debug, Clone)]
+    struct Scenario {
+        budget: usize,
+        max_rows: usize,
+        max_held_rows: usize,
+        pad: bool,
+        segments: Vec<usize>,
+        /// (row index before which to lower, new budget)
+        lowering: Option<(usize, usize)>,
+    }
+
+    fn scenario() -> impl Strategy<Value = Scenario> {
+        (1usize..=300, 1usize..=40, 1usize..=200, any::<bool>()).prop_flat_map(
+            |(budget, max_rows, max_held_rows, pad)| {
+                (
+                    prop::collection::vec(1..=3 * budget, 0..400),
+                    prop::option::of((0usize..400, 1..=budget)),
+                )
+                    .prop_map(move |(segments, lowering)| Scenario {
+                        budget,
+                        max_rows,
+                        max_held_rows,
+                        pad,
+                        segments,
+                        lowering,
+                    })
+            },
+        )
+    }
+
+    struct Run {
+        batches: Vec<PlannedBatch<Row>>,
+        /// Budget in force when each batch was emitted.
+        budgets: Vec<usize>,
+        /// Classes in force when each batch was emitted.
+        classes: Vec<Vec<usize>>,
+        n_rows: usize,
+    }
+
+    fn run(scenario: &Scenario) -> Result<Run, TestCaseError> {
+        let config = BucketingConfig {
+            pad_to_size_classes: scenario.pad,
+            ..config(scenario.budget, scenario.max_rows, scenario.max_held_rows)
+        };
+        let mut bucketer =
+            Bucketer::new(&config).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut out = Run {
+            batches: Vec::new(),
+            budgets: Vec::new(),
+            classes: Vec::new(),
+            n_rows: scenario.segments.len(),
+        };
+        let mut record = |bucketer: &Bucketer<Row>, batches: Vec<PlannedBatch<Row>>| {
+            for batch in batches {
+                out.budgets.push(bucketer.max_segments());
+                out.classes.push(bucketer.size_classes().to_vec());
+                out.batches.push(batch);
+            }
+        };
+        for (id, &segments) in scenario.segments.iter().enumerate() {
+            if let Some((at, new_budget)) = scenario.lowering {
+                if at == id {
+                    prop_assert!(bucketer.lower_budget(new_budget).is_ok());
+                }
+            }
+            let batches = bucketer.push(Row { id, segments });
+            record(&bucketer, batches);
+            prop_assert!(bucketer.held_rows() < scenario.max_held_rows);
+        }
+        let batches = bucketer.finish();
+        record(&bucketer, batches);
+        prop_assert_eq!(bucketer.held_rows(), 0);
+        Ok(out)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn every_row_leaves_exactly_once(scenario in scenario()) {
+            let run = run(&scenario)?;
+            let mut seen = BTreeSet::new();
+            for batch in &run.batches {
+                for row in &batch.rows {
+                    prop_assert!(seen.insert(row.id), "row {} emitted twice", row.id);
+                    prop_assert_eq!(row.segments, scenario.segments[row.id]);
+                }
+            }
+            prop_assert_eq!(seen.len(), run.n_rows);
+        }
+
+        #[test]
+        fn batches_respect_budget_cap_and_padding(scenario in scenario()) {
+            let run = run(&scenario)?;
+            for ((batch, &budget), classes) in run.batches.iter().zip(&run.budgets).zip(&run.classes) {
+                let real: usize = batch.rows.iter().map(|row| row.segments).sum();
+                prop_assert_eq!(batch.n_segments, real);
+                prop_assert!(!batch.rows.is_empty());
+                prop_assert!(batch.padded_segments >= batch.n_segments);
+                if batch.is_oversized() {
+                    prop_assert_eq!(batch.rows.len(), 1);
+                    prop_assert!(batch.n_segments > budget);
+                    prop_assert_eq!(batch.padded_segments, batch.n_segments);
+                    continue;
+                }
+                prop_assert!(batch.n_segments <= budget);
+                prop_assert!(batch.rows.len() <= scenario.max_rows);
+                if scenario.pad {
+                    prop_assert!(classes.contains(&batch.padded_segments));
+                    prop_assert!(batch.padded_segments <= budget);
+                } else {
+                    prop_assert_eq!(batch.padded_segments, batch.n_segments);
+                }
+            }
+        }
+
+        #[test]
+        fn rows_keep_arrival_order_within_a_batch(scenario in scenario()) {
+            let run = run(&scenario)?;
+            for batch in &run.batches {
+                let ids = ids(batch);
+                prop_assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{:?}", ids);
+            }
+        }
+
+        #[test]
+        fn few_distinct_shapes_without_lowering(scenario in scenario()) {
+            let scenario = Scenario { lowering: None, pad: true, ..scenario };
+            let run = run(&scenario)?;
+            let shapes: BTreeSet<usize> = run
+                .batches
+                .iter()
+                .filter(|batch| !batch.is_oversized())
+                .map(|batch| batch.padded_segments)
+                .collect();
+            prop_assert!(shapes.len() <= default_size_classes(scenario.budget).len());
+        }
+
+        #[test]
+        fn similar_sizes_share_batches(scenario in scenario()) {
+            let run = run(&scenario)?;
+            for batch in run.batches.iter().filter(|batch| !batch.is_oversized()) {
+                let magnitudes: BTreeSet<usize> = batch
+                    .rows
+                    .iter()
+                    .map(|row| bucket_index(row.segments))
+                    .collect();
+                prop_assert_eq!(magnitudes.len(), 1);
+            }
+        }
+    }
+}

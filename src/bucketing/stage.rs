@@ -1,0 +1,199 @@
+//! The bucketing stage: rows in, contiguous padded batches out.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{Bucketer, BucketingConfig, BucketingError, FlushReason, PlannedBatch};
+use crate::message::{Batch, BatchExtra, ExtraValue, Row, RowChunk, WriterMsg};
+
+/// Counts the stage reports when it ends.
+#[derive(Debug, Default, Clone)]
+pub struct BucketingReport {
+    pub rows: u64,
+    pub rejects: u64,
+    pub batches: u64,
+    pub segments: u64,
+    pub padded_segments: u64,
+    pub oversized_batches: u64,
+    pub size_classes: Vec<usize>,
+    pub busy: Duration,
+}
+
+/// Runs until the readers are done (their channel closes), then drains the
+/// buckets. Rejects found by the readers go straight on to the writers.
+/// `budget` may be lowered by the model worker after an out-of-memory.
+pub fn run_bucketing(
+    config: &BucketingConfig,
+    segment_bytes: usize,
+    chunks: Receiver<RowChunk>,
+    batches: Sender<Batch>,
+    rejects: Sender<WriterMsg>,
+    budget: &AtomicUsize,
+    cancel: &AtomicBool,
+) -> Result<BucketingReport, BucketingError> {
+    let mut bucketer = Bucketer::new(config)?;
+    let mut stage = Stage {
+        segment_bytes,
+        batches,
+        report: BucketingReport {
+            size_classes: bucketer.size_classes().to_vec(),
+            ..BucketingReport::default()
+        },
+    };
+    for chunk in chunks {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(stage.report);
+        }
+        let started = Instant::now();
+        follow_budget(&mut bucketer, budget)?;
+        stage.report.rejects += chunk.rejects.len() as u64;
+        if !chunk.rejects.is_empty() && rejects.send(WriterMsg::Rejects(chunk.rejects)).is_err() {
+            return Ok(stage.report);
+        }
+        stage.report.rows += chunk.rows.len() as u64;
+        for row in chunk.rows {
+            for planned in bucketer.push(row) {
+                if !stage.send(planned) {
+                    return Ok(stage.report);
+                }
+            }
+        }
+        stage.report.busy += started.elapsed();
+    }
+    if !cancel.load(Ordering::Relaxed) {
+        follow_budget(&mut bucketer, budget)?;
+        for planned in bucketer.finish() {
+            if !stage.send(planned) {
+                break;
+            }
+        }
+    }
+    Ok(stage.report)
+}
+
+/// Applies a budget the model worker lowered after an out-of-memory.
+fn follow_budget<T: super::Segmented>(
+    bucketer: &mut Bucketer<T>,
+    budget: &AtomicUsize,
+) -> Result<(), BucketingError> {
+    let wanted = budget.load(Ordering::Relaxed);
+    if wanted < bucketer.max_segments() {
+        tracing::warn!(
+            budget = wanted,
+            "segment budget lowered for the rest of the run"
+        );
+        bucketer.lower_budget(wanted)?;
+    }
+    Ok(())
+}
+
+struct Stage {
+    segment_bytes: usize,
+    batches: Sender<Batch>,
+    report: BucketingReport,
+}
+
+impl Stage {
+    /// False when the model worker has gone.
+    fn send(&mut self, planned: PlannedBatch<Row>) -> bool {
+        let report = &mut self.report;
+        report.segments += planned.n_segments as u64;
+        report.padded_segments += planned.padded_segments as u64;
+        report.oversized_batches += u64::from(planned.is_oversized());
+        if planned.is_oversized() {
+            tracing::info!(
+                segments = planned.n_segments,
+                "a row over the segment budget runs alone"
+            );
+        }
+        let batch = assemble(report.batches, planned, self.segment_bytes);
+        report.batches += 1;
+        self.batches.send(batch).is_ok()
+    }
+}
+
+fn reason_name(reason: FlushReason) -> &'static str {
+    match reason {
+        FlushReason::BudgetReached => "budget_reached",
+        FlushReason::RowCapReached => "row_cap_reached",
+        FlushReason::MemoryBound => "memory_bound",
+        FlushReason::EndOfInput => "end_of_input",
+        FlushReason::Oversized => "oversized",
+    }
+}
+
+/// Lays a planned batch out as the model takes it: segments concatenated in
+/// row order, zero-filled up to the padded total; extras gathered per input.
+pub fn assemble(seq: u64, planned: PlannedBatch<Row>, segment_bytes: usize) -> Batch {
+    let mut segments = vec![0u8; planned.padded_segments * segment_bytes];
+    let mut at = 0;
+    for row in &planned.rows {
+        let bytes = &row.segments[..];
+        segments[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    }
+    let n_extras = planned.rows.first().map_or(0, |r| r.extras.len());
+    let extras = (0..n_extras)
+        .map(|k| gather_extra(&planned.rows, k))
+        .collect();
+    Batch {
+        seq,
+        segment_counts: planned.rows.iter().map(|r| r.n_segments as i64).collect(),
+        rows: planned.rows.into_iter().map(|r| r.meta).collect(),
+        n_segments: planned.n_segments,
+        padded_segments: planned.padded_segments,
+        segments,
+        extras,
+        flush_reason: reason_name(planned.reason),
+    }
+}
+
+/// Extra input `k` of every row, in row order. Readers decode every row of a
+/// pipeline with the same kinds, so the first row's kind is every row's.
+fn gather_extra(rows: &[Row], k: usize) -> BatchExtra {
+    let values = rows.iter().filter_map(|r| r.extras.get(k));
+    match rows.first().and_then(|r| r.extras.get(k)) {
+        Some(ExtraValue::Ragged(_)) => {
+            let mut all = Vec::new();
+            let mut counts = Vec::with_capacity(rows.len());
+            for v in values {
+                if let ExtraValue::Ragged(items) = v {
+                    all.extend_from_slice(items);
+                    counts.push(items.len() as i64);
+                }
+            }
+            BatchExtra::Ragged {
+                values: all,
+                counts,
+            }
+        }
+        Some(ExtraValue::Vector(first)) => {
+            let width = first.len();
+            let mut all = Vec::with_capacity(rows.len() * width);
+            for v in values {
+                if let ExtraValue::Vector(items) = v {
+                    all.extend_from_slice(items);
+                }
+            }
+            BatchExtra::Vectors { values: all, width }
+        }
+        Some(ExtraValue::Float(_)) => BatchExtra::Floats(
+            values
+                .filter_map(|v| match v {
+                    ExtraValue::Float(x) => Some(*x),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Some(ExtraValue::Int(_)) | None => BatchExtra::Ints(
+            values
+                .filter_map(|v| match v {
+                    ExtraValue::Int(x) => Some(*x),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    }
+}

@@ -1,0 +1,119 @@
+//! The command line: flags mirror the CLI, are turned once into a
+//! [`PipelineConfig`], and no stage ever sees clap.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::config::{Overrides, PipelineConfig};
+use crate::pipeline;
+
+/// Exit codes a batch scheduler can act on.
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_ERROR: u8 = 1;
+/// The run completed and every row is accounted for, but some rows were
+/// rejected (see `_rejects.parquet`).
+pub const EXIT_REJECTS: u8 = 3;
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "segpredict",
+    version,
+    about = "Batch prediction over Parquet with a segment budget"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Predict every row of the pipeline's input and write Parquet.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The pipeline file (TOML).
+    pipeline: PathBuf,
+    /// Input file, directory or glob (overrides [readers] path).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Output directory (overrides [writers] dir).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N (overrides [model] device).
+    #[arg(long)]
+    device: Option<String>,
+    /// Segment budget per batch (overrides [bucketing] max_segments).
+    #[arg(long)]
+    max_segments: Option<usize>,
+    /// Reader and writer threads (overrides both).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Replace an earlier run's output in the output directory.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+pub fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let result = match cli.command {
+        Command::Run(args) => run(args, cancel.clone()),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if cancel.load(Ordering::Relaxed) && e.to_string().starts_with("interrupted") => {
+            eprintln!("segpredict: {e:#}");
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            eprintln!("segpredict: error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SEGPREDICT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
+    let mut config = PipelineConfig::load(&args.pipeline)?;
+    config.apply(&Overrides {
+        input: args.input,
+        output: args.output,
+        device: args.device,
+        max_segments: args.max_segments,
+        threads: args.threads,
+    });
+    config.writers.overwrite |= args.overwrite;
+    let allocator = pipeline::configure_allocator(&config);
+    let on_signal = cancel.clone();
+    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
+        .context("installing the Ctrl-C handler")?;
+    let outcome = pipeline::run(&config, allocator, cancel)?;
+    println!("{}", outcome.report.summary());
+    Ok(if outcome.report.rows_rejected > 0 {
+        eprintln!(
+            "segpredict: {} row(s) rejected; see {}",
+            outcome.report.rows_rejected,
+            config.writers.dir.join("_rejects.parquet").display()
+        );
+        EXIT_REJECTS
+    } else {
+        EXIT_OK
+    })
+}

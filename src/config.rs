@@ -1,0 +1,120 @@
+//! The pipeline file: one TOML section per stage, each owned by its stage.
+//!
+//! This module only loads, resolves relative paths and applies the command
+//! line's overrides; each section's meaning lives with its stage.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::bucketing::BucketingConfig;
+use crate::reader::ReaderConfig;
+use crate::worker::ModelConfig;
+use crate::writer::WriterConfig;
+
+/// A whole pipeline file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// `[readers]`: where the input is and how to decode it.
+    pub readers: ReaderConfig,
+    /// `[bucketing]`: how rows are grouped into batches under the segment budget.
+    #[serde(default)]
+    pub bucketing: BucketingConfig,
+    /// `[model]`: the TorchScript model, its labels and the device.
+    pub model: ModelConfig,
+    /// `[writers]`: where predictions go.
+    pub writers: WriterConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read pipeline file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid pipeline file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+/// Values given on the command line; each replaces the file's value.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub device: Option<String>,
+    pub max_segments: Option<usize>,
+    pub threads: Option<usize>,
+}
+
+impl PipelineConfig {
+    /// Reads `path`; relative paths inside it are taken from the file's folder,
+    /// so a pipeline runs the same from any working directory.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config = Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        Ok(config)
+    }
+
+    /// Parses TOML text; the error is one line naming the offending key.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut self.readers.path);
+        resolve(&mut self.model.path);
+        resolve(&mut self.model.labels);
+        resolve(&mut self.writers.dir);
+    }
+
+    /// Command-line values win over the file; their relative paths are taken
+    /// from the working directory, as a shell user expects.
+    pub fn apply(&mut self, overrides: &Overrides) {
+        if let Some(input) = &overrides.input {
+            self.readers.path = input.clone();
+        }
+        if let Some(output) = &overrides.output {
+            self.writers.dir = output.clone();
+        }
+        if let Some(device) = &overrides.device {
+            self.model.device = device.clone();
+        }
+        if let Some(max_segments) = overrides.max_segments {
+            self.bucketing.max_segments = max_segments;
+        }
+        if let Some(threads) = overrides.threads {
+            self.readers.threads = threads;
+            self.writers.threads = threads;
+        }
+    }
+}
+
+/// toml's errors span several lines with a source excerpt; a batch job's log
+/// wants one line that still names the key and where it is.
+fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line = 1 + text
+                .get(..span.start)
+                .map_or(0, |t| t.matches('\n').count());
+            format!("line {line}: {message}")
+        }
+        None => message,
+    }
+}

@@ -1,0 +1,308 @@
+//! Wires the stages together: readers -> bucketing -> model worker -> writers,
+//! joined by bounded channels so a slow stage slows the ones before it.
+//!
+//! Everything that can fail before the first row (input files, columns,
+//! model, labels, device, output directory) is checked before any thread
+//! starts. Then all stages run in one thread scope; the first error sets the
+//! shared cancel flag, every stage stops at its next message, and the run
+//! returns that error.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::bucketing::{run_bucketing, Bucketer, BucketingReport};
+use crate::config::PipelineConfig;
+use crate::message::{Row, WriterMsg};
+use crate::reader::{self, ReadPlan, ReaderStats};
+use crate::report::{memory_summary, RunReport, StageBusy};
+use crate::worker::{self, Worker, WorkerReport};
+use crate::writer::{self, OutputSchema, WriterReport};
+
+/// Channel capacities, in messages. Small: they exist to overlap stages, not
+/// to store data, and they bound host memory together with `max_held_rows`.
+const CHUNKS_PER_READER: usize = 2;
+const BATCHES_IN_FLIGHT: usize = 4;
+const WRITER_MESSAGES: usize = 8;
+
+/// How a run ended; rejects do not fail a run, but they change the exit code.
+pub struct RunOutcome {
+    pub report: RunReport,
+}
+
+/// Sets the allocator before anything touches CUDA: libtorch reads
+/// `PYTORCH_ALLOC_CONF` once, at its first device allocation. A value the
+/// user exported wins. Returns the setting in force.
+pub fn configure_allocator(config: &PipelineConfig) -> Option<String> {
+    for name in ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"] {
+        if let Ok(value) = std::env::var(name) {
+            return Some(value);
+        }
+    }
+    if config.model.allocator.is_empty() {
+        return None;
+    }
+    // Called from main before any thread exists, so no one reads the
+    // environment concurrently.
+    std::env::set_var("PYTORCH_ALLOC_CONF", &config.model.allocator);
+    Some(config.model.allocator.clone())
+}
+
+pub fn run(
+    config: &PipelineConfig,
+    allocator_conf: Option<String>,
+    cancel: Arc<AtomicBool>,
+) -> Result<RunOutcome> {
+    let started = Instant::now();
+    config
+        .bucketing
+        .validate()
+        .context("invalid [bucketing] section")?;
+    // Building a bucketer checks the size classes against the budget too.
+    Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
+    let plan = config.readers.plan()?;
+    let labels = Arc::new(worker::load_labels(&config.model.labels)?);
+    let device = worker::choose_device(&config.model.device)?;
+    let cudnn_benchmark = device.is_cuda()
+        && config
+            .model
+            .cudnn_benchmark
+            .unwrap_or(config.bucketing.pad_to_size_classes);
+    if device.is_cuda() {
+        tch::Cuda::cudnn_set_benchmark(cudnn_benchmark);
+    }
+    let segments = &config.readers.columns.segments;
+    let model = Worker::new(
+        &config.model,
+        device,
+        &segments.shape,
+        segments.dtype,
+        labels.len(),
+    )?;
+    config.writers.prepare_dir()?;
+    tracing::info!(
+        files = plan.sources.len(),
+        rows = plan.total_rows,
+        row_groups = plan.row_groups(),
+        device = ?device,
+        budget = config.bucketing.max_segments,
+        "starting"
+    );
+    let schema = OutputSchema {
+        id_kind: plan.id_kind,
+        labels,
+        sources: plan.sources.clone(),
+    };
+    let budget = AtomicUsize::new(config.bucketing.max_segments);
+    let stages = run_stages(config, &plan, model, &schema, &budget, &cancel)?;
+    if cancel.load(Ordering::Relaxed) {
+        bail!("interrupted; no output was marked complete");
+    }
+    finish_run(
+        config,
+        &plan,
+        stages,
+        device,
+        cudnn_benchmark,
+        allocator_conf,
+        &budget,
+        started,
+    )
+}
+
+struct StageReports {
+    readers: Vec<ReaderStats>,
+    bucketing: BucketingReport,
+    worker: WorkerReport,
+    writers: Vec<WriterReport>,
+}
+
+fn run_stages(
+    config: &PipelineConfig,
+    plan: &ReadPlan,
+    model: Worker,
+    schema: &OutputSchema,
+    budget: &AtomicUsize,
+    cancel: &Arc<AtomicBool>,
+) -> Result<StageReports> {
+    let n_readers = config
+        .readers
+        .effective_threads()
+        .min(plan.row_groups().max(1));
+    let n_writers = config.writers.effective_threads();
+    let units = reader::unit_queue(plan);
+    let (chunk_tx, chunk_rx) = crossbeam_channel::bounded(CHUNKS_PER_READER * n_readers);
+    let (batch_tx, batch_rx) = crossbeam_channel::bounded(BATCHES_IN_FLIGHT);
+    let (write_tx, write_rx) = crossbeam_channel::bounded::<WriterMsg>(WRITER_MESSAGES);
+    let segment_bytes = config.readers.columns.segments.segment_bytes();
+    let cancel: &AtomicBool = cancel;
+    // Each stage's first error cancels the others; a stage whose neighbour
+    // has gone stops quietly, so the only errors returned are root causes.
+    let fail = |e: anyhow::Error| {
+        cancel.store(true, Ordering::Relaxed);
+        e
+    };
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..n_readers)
+            .map(|_| {
+                let (units, out) = (units.clone(), chunk_tx.clone());
+                scope.spawn(move || {
+                    reader::run_reader(&config.readers, plan, units, out, cancel)
+                        .map_err(|e| fail(e.into()))
+                })
+            })
+            .collect();
+        drop(chunk_tx);
+        let rejects_tx = write_tx.clone();
+        let bucketing = scope.spawn(move || {
+            run_bucketing(
+                &config.bucketing,
+                segment_bytes,
+                chunk_rx,
+                batch_tx,
+                rejects_tx,
+                budget,
+                cancel,
+            )
+            .map_err(|e| fail(e.into()))
+        });
+        let worker_tx = write_tx.clone();
+        drop(write_tx);
+        let worker = scope.spawn(move || {
+            model
+                .run(batch_rx, worker_tx, budget, cancel)
+                .map_err(|e| fail(e.into()))
+        });
+        let writers: Vec<_> = (0..n_writers)
+            .map(|idx| {
+                let messages = write_rx.clone();
+                scope.spawn(move || {
+                    writer::run_writer(idx, &config.writers, schema, messages, cancel)
+                        .map_err(|e| fail(e.into()))
+                })
+            })
+            .collect();
+        drop(write_rx);
+        let mut first_error = None;
+        let readers: Vec<_> = readers
+            .into_iter()
+            .filter_map(|h| keep(h.join(), &mut first_error, cancel))
+            .collect();
+        let bucketing = keep(bucketing.join(), &mut first_error, cancel);
+        let worker = keep(worker.join(), &mut first_error, cancel);
+        let writers: Vec<_> = writers
+            .into_iter()
+            .filter_map(|h| keep(h.join(), &mut first_error, cancel))
+            .collect();
+        match (first_error, bucketing, worker) {
+            (Some(e), _, _) => Err(e),
+            (None, Some(bucketing), Some(worker)) => Ok(StageReports {
+                readers,
+                bucketing,
+                worker,
+                writers,
+            }),
+            _ => Err(anyhow::anyhow!("a pipeline stage ended without a report")),
+        }
+    })
+}
+
+/// A stage's result, keeping the first error; a panic cancels the run too.
+fn keep<T>(
+    joined: std::thread::Result<Result<T>>,
+    first_error: &mut Option<anyhow::Error>,
+    cancel: &AtomicBool,
+) -> Option<T> {
+    match joined {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            first_error.get_or_insert(e);
+            None
+        }
+        Err(_) => {
+            cancel.store(true, Ordering::Relaxed);
+            first_error.get_or_insert(anyhow::anyhow!("a pipeline stage panicked"));
+            None
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+fn finish_run(
+    config: &PipelineConfig,
+    plan: &ReadPlan,
+    stages: StageReports,
+    device: tch::Device,
+    cudnn_benchmark: bool,
+    allocator_conf: Option<String>,
+    budget: &AtomicUsize,
+    started: Instant,
+) -> Result<RunOutcome> {
+    let StageReports {
+        readers,
+        bucketing,
+        worker,
+        writers,
+    } = stages;
+    let dir = &config.writers.dir;
+    let mut rejects: Vec<_> = writers
+        .iter()
+        .flat_map(|w| w.rejects.iter().cloned())
+        .collect();
+    let rows_out: u64 = writers.iter().map(|w| w.rows).sum();
+    let rows_rejected = rejects.len() as u64;
+    // The accounting invariant: every input row is predicted or rejected, once.
+    if rows_out + rows_rejected != plan.total_rows {
+        bail!(
+            "row accounting failed: {} rows in, {} predicted + {} rejected; the output is incomplete",
+            plan.total_rows,
+            rows_out,
+            rows_rejected
+        );
+    }
+    writer::write_rejects(dir, &mut rejects, &plan.sources)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    let report = RunReport {
+        input: config.readers.path.display().to_string(),
+        output: dir.display().to_string(),
+        device: format!("{device:?}"),
+        model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
+        input_files: plan.sources.len(),
+        rows_in: plan.total_rows,
+        rows_out,
+        rows_rejected,
+        batches: worker.batches.len() as u64,
+        segments: bucketing.segments,
+        padded_segments: bucketing.padded_segments,
+        oversized_batches: bucketing.oversized_batches,
+        max_segments: config.bucketing.max_segments,
+        final_max_segments: budget.load(Ordering::Relaxed),
+        size_classes: bucketing.size_classes.clone(),
+        cudnn_benchmark,
+        allocator_conf: device.is_cuda().then_some(allocator_conf).flatten(),
+        oom_events: worker.oom_events,
+        oom_rejected_rows: rejects
+            .iter()
+            .filter(|r| r.kind == "oom_single_row")
+            .count() as u64,
+        wall_s,
+        rows_per_s: plan.total_rows as f64 / wall_s.max(1e-9),
+        segments_per_s: bucketing.segments as f64 / wall_s.max(1e-9),
+        busy_s: StageBusy {
+            readers: readers.iter().map(|r| secs(r.busy)).sum(),
+            bucketing: secs(bucketing.busy),
+            model: secs(worker.busy),
+            writers: writers.iter().map(|w| secs(w.busy)).sum(),
+        },
+        memory: memory_summary(&worker.batches),
+        batch_records: worker.batches,
+    };
+    report
+        .write_json(dir)
+        .with_context(|| format!("writing {}", dir.join("_report.json").display()))?;
+    writer::write_success(dir)?;
+    Ok(RunOutcome { report })
+}

@@ -1,0 +1,385 @@
+//! Decodes one Arrow record batch into rows. A bad value rejects its row and
+//! says why; only a batch whose shape contradicts the checked schema is an
+//! error for the whole batch.
+
+use std::ops::Range;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeListArray, GenericListArray, OffsetSizeTrait,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float16Type, Float32Type, Float64Type, Int64Type, UInt8Type};
+use arrow::record_batch::RecordBatch;
+use rayon::prelude::*;
+
+use super::columns::{ColumnMapping, ExtraKind, SegmentsColumn};
+use crate::message::{ExtraValue, Origin, Reject, Row, RowChunk, RowId, RowMeta, SegmentDtype};
+
+/// Decodes `batch`, whose first row is row `first_row` of file `file_idx`.
+pub fn decode_batch(
+    batch: &RecordBatch,
+    columns: &ColumnMapping,
+    file_idx: u32,
+    first_row: u64,
+) -> Result<RowChunk, String> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("column `{name}` missing from the decoded batch"))
+    };
+    let ids = IdColumn::new(column(&columns.id)?)?;
+    let segments = SegmentsReader::new(column(&columns.segments.name)?, &columns.segments)?;
+    let extras = columns
+        .extras
+        .iter()
+        .map(|e| ExtraReader::new(column(&e.name)?, e.kind, e.width.unwrap_or(0), &e.name))
+        .collect::<Result<Vec<_>, String>>()?;
+    let results: Vec<Result<Row, Reject>> = (0..batch.num_rows())
+        .into_par_iter()
+        .map(|i| {
+            let origin = Origin {
+                file_idx,
+                row_idx: first_row + i as u64,
+            };
+            decode_row(i, origin, &ids, &segments, &extras)
+        })
+        .collect();
+    let mut chunk = RowChunk::default();
+    for result in results {
+        match result {
+            Ok(row) => chunk.rows.push(row),
+            Err(reject) => chunk.rejects.push(reject),
+        }
+    }
+    Ok(chunk)
+}
+
+fn decode_row(
+    i: usize,
+    origin: Origin,
+    ids: &IdColumn,
+    segments: &SegmentsReader,
+    extras: &[ExtraReader],
+) -> Result<Row, Reject> {
+    let id = ids.get(i).ok_or_else(|| Reject {
+        id: None,
+        origin,
+        kind: "null_id",
+        reason: "the id is null".into(),
+    })?;
+    let reject = |kind: &'static str, reason: String| Reject {
+        id: Some(id.clone()),
+        origin,
+        kind,
+        reason,
+    };
+    let (n_segments, bytes) = segments.row(i).map_err(|(k, r)| reject(k, r))?;
+    let extras = extras
+        .iter()
+        .map(|e| e.row(i))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|(k, r)| reject(k, r))?;
+    Ok(Row {
+        meta: RowMeta { id, origin },
+        n_segments,
+        segments: bytes.into_boxed_slice(),
+        extras,
+    })
+}
+
+type RowError = (&'static str, String);
+
+/// The id column, cast once per batch to Utf8 or Int64.
+enum IdColumn {
+    Str(arrow::array::StringArray),
+    Int(arrow::array::Int64Array),
+}
+
+impl IdColumn {
+    fn new(array: &ArrayRef) -> Result<Self, String> {
+        let is_str = super::columns::id_kind_of(array.data_type()) == Some(super::IdKind::Str);
+        let target = if is_str {
+            DataType::Utf8
+        } else {
+            DataType::Int64
+        };
+        let cast = cast(array, &target).map_err(|e| format!("id column: {e}"))?;
+        Ok(if is_str {
+            IdColumn::Str(cast.as_string::<i32>().clone())
+        } else {
+            IdColumn::Int(cast.as_primitive::<Int64Type>().clone())
+        })
+    }
+
+    fn get(&self, i: usize) -> Option<RowId> {
+        match self {
+            IdColumn::Str(a) => a.is_valid(i).then(|| RowId::Str(a.value(i).to_string())),
+            IdColumn::Int(a) => a.is_valid(i).then(|| RowId::Int(a.value(i))),
+        }
+    }
+}
+
+/// Row ranges of a `list` or `large_list` array.
+enum Lists<'a> {
+    Small(&'a GenericListArray<i32>),
+    Large(&'a GenericListArray<i64>),
+}
+
+impl<'a> Lists<'a> {
+    fn new(array: &'a ArrayRef) -> Result<Self, String> {
+        match array.data_type() {
+            DataType::List(_) => Ok(Lists::Small(array.as_list::<i32>())),
+            DataType::LargeList(_) => Ok(Lists::Large(array.as_list::<i64>())),
+            other => Err(format!("expected a list column, found {other}")),
+        }
+    }
+
+    fn values(&self) -> &'a ArrayRef {
+        match self {
+            Lists::Small(a) => a.values(),
+            Lists::Large(a) => a.values(),
+        }
+    }
+
+    /// The row's item range in `values()`, or None for a null list.
+    fn range(&self, i: usize) -> Option<Range<usize>> {
+        fn range_of<O: OffsetSizeTrait>(a: &GenericListArray<O>, i: usize) -> Option<Range<usize>> {
+            if a.is_null(i) {
+                return None;
+            }
+            let offsets = a.value_offsets();
+            Some(offsets[i].as_usize()..offsets[i + 1].as_usize())
+        }
+        match self {
+            Lists::Small(a) => range_of(a, i),
+            Lists::Large(a) => range_of(a, i),
+        }
+    }
+}
+
+struct SegmentsReader<'a> {
+    lists: Lists<'a>,
+    items: SegmentItems<'a>,
+    segment_bytes: usize,
+    elements: usize,
+}
+
+/// The segment items of a batch, in each of the layouts writers produce.
+enum SegmentItems<'a> {
+    FixedBinary(&'a arrow::array::FixedSizeBinaryArray),
+    Binary(ArrayRef),
+    FixedList(&'a FixedSizeListArray, SegmentDtype),
+}
+
+impl<'a> SegmentsReader<'a> {
+    fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, String> {
+        let lists = Lists::new(array)?;
+        let values = lists.values();
+        let items = match values.data_type() {
+            DataType::FixedSizeBinary(_) => {
+                SegmentItems::FixedBinary(values.as_fixed_size_binary())
+            }
+            // Binary and view layouts are cast once per batch to one layout.
+            DataType::Binary | DataType::BinaryView => SegmentItems::Binary(
+                cast(values, &DataType::LargeBinary).map_err(|e| e.to_string())?,
+            ),
+            DataType::LargeBinary => SegmentItems::Binary(values.clone()),
+            DataType::FixedSizeList(_, _) => {
+                SegmentItems::FixedList(values.as_fixed_size_list(), column.dtype)
+            }
+            other => return Err(format!("segments: unsupported item type {other}")),
+        };
+        Ok(Self {
+            lists,
+            items,
+            segment_bytes: column.segment_bytes(),
+            elements: column.elements(),
+        })
+    }
+
+    /// The row's segment count and its segments' bytes, concatenated.
+    fn row(&self, i: usize) -> Result<(usize, Vec<u8>), RowError> {
+        let range = self
+            .lists
+            .range(i)
+            .ok_or(("null_segments", "the segments list is null".to_string()))?;
+        if range.is_empty() {
+            return Err(("no_segments", "the row has no segments".into()));
+        }
+        let n_segments = range.len();
+        let mut bytes = Vec::with_capacity(n_segments * self.segment_bytes);
+        for (k, j) in range.enumerate() {
+            self.append_segment(j, &mut bytes)
+                .map_err(|(kind, why)| (kind, format!("segment {k}: {why}")))?;
+        }
+        Ok((n_segments, bytes))
+    }
+
+    fn append_segment(&self, j: usize, out: &mut Vec<u8>) -> Result<(), RowError> {
+        match &self.items {
+            SegmentItems::FixedBinary(a) => {
+                if a.is_null(j) {
+                    return Err(("null_segment", "is null".into()));
+                }
+                out.extend_from_slice(a.value(j));
+            }
+            SegmentItems::Binary(a) => {
+                let a = a.as_binary::<i64>();
+                if a.is_null(j) {
+                    return Err(("null_segment", "is null".into()));
+                }
+                let value = a.value(j);
+                if value.len() != self.segment_bytes {
+                    return Err((
+                        "bad_segment_size",
+                        format!("has {} bytes, expected {}", value.len(), self.segment_bytes),
+                    ));
+                }
+                out.extend_from_slice(value);
+            }
+            SegmentItems::FixedList(a, dtype) => {
+                if a.is_null(j) {
+                    return Err(("null_segment", "is null".into()));
+                }
+                let start = a.value_offset_at(j);
+                append_numbers(a.values(), start..start + self.elements, *dtype, out)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn append_numbers(
+    values: &ArrayRef,
+    range: Range<usize>,
+    dtype: SegmentDtype,
+    out: &mut Vec<u8>,
+) -> Result<(), RowError> {
+    if values.null_count() > 0 && range.clone().any(|k| values.is_null(k)) {
+        return Err(("null_segment", "holds a null value".into()));
+    }
+    match dtype {
+        SegmentDtype::U8 => {
+            out.extend_from_slice(&values.as_primitive::<UInt8Type>().values()[range])
+        }
+        SegmentDtype::F16 => {
+            for v in &values.as_primitive::<Float16Type>().values()[range] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        SegmentDtype::F32 => {
+            for v in &values.as_primitive::<Float32Type>().values()[range] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One extra column, its values cast once per batch to int64 or float.
+struct ExtraReader<'a> {
+    kind: ExtraKind,
+    width: usize,
+    name: &'a str,
+    lists: Option<Lists<'a>>,
+    fixed: Option<&'a FixedSizeListArray>,
+    values: ArrayRef,
+}
+
+impl<'a> ExtraReader<'a> {
+    fn new(
+        array: &'a ArrayRef,
+        kind: ExtraKind,
+        width: usize,
+        name: &'a str,
+    ) -> Result<Self, String> {
+        let err = |e: arrow::error::ArrowError| format!("column `{name}`: {e}");
+        let (lists, fixed, values) = match kind {
+            ExtraKind::Ragged => {
+                let lists = Lists::new(array)?;
+                let values = cast(lists.values(), &DataType::Int64).map_err(err)?;
+                (Some(lists), None, values)
+            }
+            ExtraKind::Vector => match array.data_type() {
+                DataType::FixedSizeList(_, _) => {
+                    let fixed = array.as_fixed_size_list();
+                    let values = cast(fixed.values(), &DataType::Float64).map_err(err)?;
+                    (None, Some(fixed), values)
+                }
+                _ => {
+                    let lists = Lists::new(array)?;
+                    let values = cast(lists.values(), &DataType::Float64).map_err(err)?;
+                    (Some(lists), None, values)
+                }
+            },
+            ExtraKind::Float => (None, None, cast(array, &DataType::Float64).map_err(err)?),
+            ExtraKind::Int => (None, None, cast(array, &DataType::Int64).map_err(err)?),
+        };
+        Ok(Self {
+            kind,
+            width,
+            name,
+            lists,
+            fixed,
+            values,
+        })
+    }
+
+    fn row(&self, i: usize) -> Result<ExtraValue, RowError> {
+        let name = self.name;
+        match self.kind {
+            ExtraKind::Ragged => {
+                let range = self.lists.as_ref().and_then(|l| l.range(i)).unwrap_or(0..0);
+                self.no_nulls(range.clone())?;
+                Ok(ExtraValue::Ragged(
+                    self.values.as_primitive::<Int64Type>().values()[range].to_vec(),
+                ))
+            }
+            ExtraKind::Vector => {
+                let range = match (&self.fixed, &self.lists) {
+                    (Some(f), _) if f.is_valid(i) => {
+                        let start = f.value_offset_at(i);
+                        Some(start..start + f.value_length() as usize)
+                    }
+                    (None, Some(l)) => l.range(i),
+                    _ => None,
+                }
+                .ok_or(("null_input", format!("`{name}` is null")))?;
+                if range.len() != self.width {
+                    return Err((
+                        "bad_input_width",
+                        format!(
+                            "`{name}` has {} values, expected {}",
+                            range.len(),
+                            self.width
+                        ),
+                    ));
+                }
+                self.no_nulls(range.clone())?;
+                let floats = self.values.as_primitive::<Float64Type>().values()[range]
+                    .iter()
+                    .map(|v| *v as f32);
+                Ok(ExtraValue::Vector(floats.collect()))
+            }
+            ExtraKind::Float => {
+                self.no_nulls(i..i + 1)?;
+                Ok(ExtraValue::Float(
+                    self.values.as_primitive::<Float64Type>().value(i) as f32,
+                ))
+            }
+            ExtraKind::Int => {
+                self.no_nulls(i..i + 1)?;
+                Ok(ExtraValue::Int(
+                    self.values.as_primitive::<Int64Type>().value(i),
+                ))
+            }
+        }
+    }
+
+    fn no_nulls(&self, range: Range<usize>) -> Result<(), RowError> {
+        if self.values.null_count() > 0 && range.clone().any(|k| self.values.is_null(k)) {
+            return Err(("null_input", format!("`{}` holds a null value", self.name)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,275 @@
+//! Readers: find the input Parquet files, check their columns once up front,
+//! then decode row groups in parallel into [`RowChunk`]s.
+//!
+//! Each (file, row group) is one unit of work; `threads` reader threads take
+//! units from a shared queue, and each decodes its record batches with rayon.
+//! A value that cannot be decoded rejects its row (with file, row and reason);
+//! a file that cannot be read ends the run.
+
+mod columns;
+mod decode;
+mod discover;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use serde::Deserialize;
+
+pub use columns::{ColumnMapping, IdKind};
+
+use crate::message::{RowChunk, Sources};
+
+/// `[readers]`: where the input is and how to decode it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderConfig {
+    /// A Parquet file, a directory of `*.parquet` files, or a glob such as
+    /// `data/2026-12-*/part-*.parquet`. Required.
+    pub path: PathBuf,
+    /// Reader threads; 0 picks the number of cores (at most 8). Default 0.
+    /// More threads decode more row groups at once, each holding one
+    /// record batch in memory.
+    #[serde(default)]
+    pub threads: usize,
+    /// Rows per decoded record batch. Default 1024. Larger batches cost
+    /// memory per reader thread and make backpressure coarser.
+    #[serde(default = "default_batch_rows")]
+    pub batch_rows: usize,
+    /// How Parquet columns map to the model's inputs.
+    pub columns: ColumnMapping,
+}
+
+fn default_batch_rows() -> usize {
+    1024
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    #[error("input {path} does not exist")]
+    Missing { path: PathBuf },
+    #[error("no Parquet files match {pattern}")]
+    NoMatch { pattern: String },
+    #[error("bad input pattern {pattern}: {message}")]
+    BadPattern { pattern: String, message: String },
+    #[error("cannot read {path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error("{path}: not a readable Parquet file: {message}")]
+    NotParquet { path: PathBuf, message: String },
+    #[error("{path}: column `{column}`: {message}")]
+    Column {
+        path: PathBuf,
+        column: String,
+        message: String,
+    },
+    #[error("{path}: id column `{column}` is {found} here but {expected} in {first}")]
+    IdKindMismatch {
+        path: PathBuf,
+        column: String,
+        found: IdKind,
+        expected: IdKind,
+        first: PathBuf,
+    },
+    #[error("{path}, row group {row_group}: {message}")]
+    Decode {
+        path: PathBuf,
+        row_group: usize,
+        message: String,
+    },
+    #[error("invalid [readers] section: {0}")]
+    Config(String),
+}
+
+/// One row group of one file: the unit of parallel reading.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    file_idx: u32,
+    row_group: usize,
+    first_row: u64,
+}
+
+/// The checked inputs of a run.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub sources: Sources,
+    pub id_kind: IdKind,
+    pub total_rows: u64,
+    units: Vec<Unit>,
+}
+
+impl ReadPlan {
+    pub fn row_groups(&self) -> usize {
+        self.units.len()
+    }
+}
+
+impl ReaderConfig {
+    pub fn validate(&self) -> Result<(), ReaderError> {
+        if self.batch_rows == 0 {
+            return Err(ReaderError::Config("batch_rows must be at least 1".into()));
+        }
+        self.columns.validate().map_err(ReaderError::Config)
+    }
+
+    pub fn effective_threads(&self) -> usize {
+        match self.threads {
+            0 => num_cpus::get().clamp(1, 8),
+            n => n,
+        }
+    }
+
+    /// Finds the input files and checks every file's columns before any row
+    /// is read, so a wrong column fails in seconds, not hours into a night.
+    pub fn plan(&self) -> Result<ReadPlan, ReaderError> {
+        self.validate()?;
+        let files = discover::input_files(&self.path)?;
+        let mut units = Vec::new();
+        let mut total_rows = 0u64;
+        let mut id_kind: Option<(IdKind, PathBuf)> = None;
+        for (file_idx, path) in files.iter().enumerate() {
+            let builder = open_builder(path)?;
+            let kind = self.columns.check_schema(builder.schema(), path)?;
+            match &id_kind {
+                None => id_kind = Some((kind, path.clone())),
+                Some((expected, first)) if *expected != kind => {
+                    return Err(ReaderError::IdKindMismatch {
+                        path: path.clone(),
+                        column: self.columns.id.clone(),
+                        found: kind,
+                        expected: *expected,
+                        first: first.clone(),
+                    })
+                }
+                Some(_) => {}
+            }
+            let file_idx = u32::try_from(file_idx)
+                .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
+            let mut rows_before = 0u64;
+            for (row_group, meta) in builder.metadata().row_groups().iter().enumerate() {
+                let n_rows = u64::try_from(meta.num_rows()).unwrap_or(0);
+                if n_rows > 0 {
+                    units.push(Unit {
+                        file_idx,
+                        row_group,
+                        first_row: rows_before,
+                    });
+                }
+                rows_before += n_rows;
+            }
+            total_rows += rows_before;
+        }
+        let id_kind = id_kind.map(|(k, _)| k).unwrap_or(IdKind::Str);
+        Ok(ReadPlan {
+            sources: Arc::new(files),
+            id_kind,
+            total_rows,
+            units,
+        })
+    }
+}
+
+fn open_builder(
+    path: &std::path::Path,
+) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
+    let file = std::fs::File::open(path).map_err(|e| ReaderError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReaderError::NotParquet {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// The queue of row groups the reader threads share.
+pub fn unit_queue(plan: &ReadPlan) -> Receiver<UnitHandle> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for unit in &plan.units {
+        // The receiver is alive right here, so this send cannot fail.
+        let _ = tx.send(UnitHandle(*unit));
+    }
+    rx
+}
+
+/// An opaque unit of work taken from [`unit_queue`].
+#[derive(Debug)]
+pub struct UnitHandle(Unit);
+
+/// Counts a reader thread reports when it ends.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReaderStats {
+    pub rows: u64,
+    pub rejects: u64,
+    pub busy: std::time::Duration,
+}
+
+/// One reader thread: takes units until the queue is empty, the run is
+/// cancelled, or the downstream stage has gone.
+pub fn run_reader(
+    config: &ReaderConfig,
+    plan: &ReadPlan,
+    units: Receiver<UnitHandle>,
+    out: Sender<RowChunk>,
+    cancel: &AtomicBool,
+) -> Result<ReaderStats, ReaderError> {
+    let mut stats = ReaderStats::default();
+    while let Ok(UnitHandle(unit)) = units.recv() {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        if !read_unit(config, plan, unit, &out, cancel, &mut stats)? {
+            break;
+        }
+    }
+    Ok(stats)
+}
+
+/// Returns false when the downstream stage has gone (the run is ending).
+fn read_unit(
+    config: &ReaderConfig,
+    plan: &ReadPlan,
+    unit: Unit,
+    out: &Sender<RowChunk>,
+    cancel: &AtomicBool,
+    stats: &mut ReaderStats,
+) -> Result<bool, ReaderError> {
+    let path = plan
+        .sources
+        .get(unit.file_idx as usize)
+        .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?;
+    let decode_error = |message: String| ReaderError::Decode {
+        path: path.clone(),
+        row_group: unit.row_group,
+        message,
+    };
+    let builder = open_builder(path)?;
+    let roots = config.columns.root_indices(builder.schema());
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let reader = builder
+        .with_projection(mask)
+        .with_row_groups(vec![unit.row_group])
+        .with_batch_size(config.batch_rows)
+        .build()
+        .map_err(|e| decode_error(e.to_string()))?;
+    let mut next_row = unit.first_row;
+    for batch in reader {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let started = std::time::Instant::now();
+        let batch = batch.map_err(|e| decode_error(e.to_string()))?;
+        let chunk = decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row)
+            .map_err(decode_error)?;
+        next_row += batch.num_rows() as u64;
+        stats.rows += batch.num_rows() as u64;
+        stats.rejects += chunk.rejects.len() as u64;
+        stats.busy += started.elapsed();
+        if out.send(chunk).is_err() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

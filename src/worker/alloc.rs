@@ -1,0 +1,98 @@
+//! The caching allocator's statistics, through `csrc/alloc_stats.cpp`.
+//!
+//! tch binds none of these; the shim catches every C++ exception and answers
+//! "no accelerator" as an ordinary value, so on CPU the stats are `None`.
+
+use std::ffi::{c_char, c_int, CStr};
+
+use serde::Serialize;
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct RawStats {
+    allocated_current: i64,
+    allocated_peak: i64,
+    reserved_current: i64,
+    reserved_peak: i64,
+    inactive_split_current: i64,
+    num_alloc_retries: i64,
+    num_ooms: i64,
+    device_free: i64,
+    device_total: i64,
+}
+
+extern "C" {
+    fn seg_alloc_stats(
+        device_index: c_int,
+        out: *mut RawStats,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn seg_reset_peak_stats(device_index: c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_empty_cache(err: *mut c_char, err_len: usize) -> c_int;
+}
+
+/// Device memory after one batch, in bytes; peaks are since the previous batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryStats {
+    pub allocated: i64,
+    pub allocated_peak: i64,
+    pub reserved: i64,
+    pub reserved_peak: i64,
+    pub inactive_split: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+    pub device_free: i64,
+    pub device_total: i64,
+}
+
+const ERR_LEN: usize = 512;
+
+fn shim_result(code: c_int, err: &[c_char; ERR_LEN]) -> Result<bool, String> {
+    match code {
+        0 => Ok(true),
+        1 => Ok(false),
+        _ => {
+            // SAFETY: the shim always NUL-terminates within ERR_LEN.
+            let message = unsafe { CStr::from_ptr(err.as_ptr()) };
+            Err(message.to_string_lossy().into_owned())
+        }
+    }
+}
+
+/// The statistics of CUDA device `index`; `Ok(None)` without an accelerator.
+pub fn stats(index: usize) -> Result<Option<MemoryStats>, String> {
+    let mut raw = RawStats::default();
+    let mut err = [0 as c_char; ERR_LEN];
+    let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+    // SAFETY: `raw` and `err` outlive the call; the shim writes within bounds.
+    let code = unsafe { seg_alloc_stats(index, &mut raw, err.as_mut_ptr(), ERR_LEN) };
+    Ok(shim_result(code, &err)?.then_some(MemoryStats {
+        allocated: raw.allocated_current,
+        allocated_peak: raw.allocated_peak,
+        reserved: raw.reserved_current,
+        reserved_peak: raw.reserved_peak,
+        inactive_split: raw.inactive_split_current,
+        alloc_retries: raw.num_alloc_retries,
+        ooms: raw.num_ooms,
+        device_free: raw.device_free,
+        device_total: raw.device_total,
+    }))
+}
+
+/// Starts a new peak-measuring window on device `index`.
+pub fn reset_peaks(index: usize) -> Result<(), String> {
+    let mut err = [0 as c_char; ERR_LEN];
+    let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+    // SAFETY: `err` outlives the call.
+    let code = unsafe { seg_reset_peak_stats(index, err.as_mut_ptr(), ERR_LEN) };
+    shim_result(code, &err).map(|_| ())
+}
+
+/// Returns cached, unused blocks to the driver (after an out-of-memory).
+pub fn empty_cache() -> Result<(), String> {
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `err` outlives the call.
+    let code = unsafe { seg_empty_cache(err.as_mut_ptr(), ERR_LEN) };
+    shim_result(code, &err).map(|_| ())
+}

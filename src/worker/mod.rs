@@ -1,0 +1,475 @@
+//! The model worker: the one thread that owns the model and the device.
+//!
+//! It takes batches, runs the model under no-grad in eval mode, and sends
+//! label ids and scores to the writers. On a CUDA out-of-memory it frees the
+//! cache, splits the batch in halves and retries, lowers the segment budget
+//! for the rest of the run, and rejects a lone row that still does not fit.
+
+pub mod alloc;
+mod model;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind};
+
+pub use alloc::MemoryStats;
+use model::Model;
+
+use crate::message::{Batch, BatchExtra, Predictions, Reject, WriterMsg};
+
+/// `[model]`: the TorchScript model, its labels and the device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// TorchScript file (`torch.jit.script(...).save(...)`). Required.
+    pub path: PathBuf,
+    /// Label map: line i is the label of class i (UTF-8). Required.
+    pub labels: PathBuf,
+    /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. Default `auto`.
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// Weights and activations: `f32`, `bf16` or `f16`. Default `f32`.
+    /// bf16 halves memory and is much faster on recent GPUs; on CPU it is slow.
+    #[serde(default)]
+    pub dtype: ModelDtype,
+    /// cuDNN benchmark mode. Default: on exactly when batches are padded to
+    /// size classes on CUDA. With a new shape every batch it re-tunes every
+    /// batch (17x slower in our measurements), so it is never on unpadded.
+    pub cudnn_benchmark: Option<bool>,
+    /// `PYTORCH_ALLOC_CONF` for the run, unless the environment already sets
+    /// it. Default `expandable_segments:True`, which lets reserved memory
+    /// track allocated memory instead of ratcheting.
+    #[serde(default = "default_allocator")]
+    pub allocator: String,
+    /// On CUDA out-of-memory: split the batch and retry, lowering the budget.
+    /// Default true. When false, an out-of-memory ends the run.
+    #[serde(default = "default_true")]
+    pub oom_recovery: bool,
+    /// Testing aid: report a synthetic out-of-memory for every forward pass
+    /// over more than this many (padded) segments, so recovery can be tested
+    /// without a GPU. Default: none.
+    pub fault_oom_above_segments: Option<usize>,
+}
+
+fn default_device() -> String {
+    "auto".into()
+}
+
+fn default_allocator() -> String {
+    "expandable_segments:True".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelDtype {
+    #[default]
+    F32,
+    Bf16,
+    F16,
+}
+
+impl ModelDtype {
+    fn kind(self) -> Kind {
+        match self {
+            ModelDtype::F32 => Kind::Float,
+            ModelDtype::Bf16 => Kind::BFloat16,
+            ModelDtype::F16 => Kind::Half,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("model file {path} does not exist")]
+    ModelMissing { path: PathBuf },
+    #[error("cannot load model {path}: {message}")]
+    ModelLoad { path: PathBuf, message: String },
+    #[error("cannot read labels file {path}: {message}")]
+    Labels { path: PathBuf, message: String },
+    #[error("unknown device `{0}` (use auto, cpu, cuda or cuda:N)")]
+    BadDevice(String),
+    #[error("device {0} requested but CUDA is not available")]
+    NoCuda(String),
+    #[error("batch {seq} ({rows} rows, {segments} segments): the model failed: {message}")]
+    Forward {
+        seq: u64,
+        rows: usize,
+        segments: usize,
+        message: String,
+    },
+    #[error("reading allocator statistics: {0}")]
+    Stats(String),
+}
+
+/// Parses the device setting; `auto` is CUDA device 0 when CUDA is present.
+pub fn choose_device(setting: &str) -> Result<Device, WorkerError> {
+    let cuda = |index: usize| {
+        if tch::Cuda::is_available() && index < tch::Cuda::device_count() as usize {
+            Ok(Device::Cuda(index))
+        } else {
+            Err(WorkerError::NoCuda(setting.to_string()))
+        }
+    };
+    match setting {
+        "auto" if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
+        "auto" | "cpu" => Ok(Device::Cpu),
+        "cuda" => cuda(0),
+        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(index)) => cuda(index),
+            _ => Err(WorkerError::BadDevice(other.to_string())),
+        },
+    }
+}
+
+/// Reads the label map: one label per line, line i for class i.
+pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
+    let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Labels {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let labels: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
+    let labels: Vec<String> = match labels.iter().rposition(|l| !l.is_empty()) {
+        Some(last) => labels[..=last].to_vec(),
+        None => Vec::new(),
+    };
+    if labels.is_empty() {
+        return Err(WorkerError::Labels {
+            path: path.to_path_buf(),
+            message: "the file holds no labels".into(),
+        });
+    }
+    Ok(labels)
+}
+
+/// What the worker needs besides its channels, built before any thread starts.
+pub struct Worker {
+    model: Model,
+    oom_recovery: bool,
+    fault_oom_above: Option<usize>,
+}
+
+/// One record per forward pass, for the run report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchRecord {
+    pub seq: u64,
+    pub rows: usize,
+    pub segments: usize,
+    pub padded_segments: usize,
+    pub flush_reason: &'static str,
+    /// Host wall time of the forward pass, inputs to answers on the host.
+    pub wall_ms: f64,
+    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
+    pub split_depth: u32,
+    /// Absent on CPU (not zero): there is no caching allocator to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+}
+
+/// What the worker reports when it ends.
+#[derive(Debug, Default)]
+pub struct WorkerReport {
+    pub batches: Vec<BatchRecord>,
+    pub oom_events: u64,
+    pub oom_rejects: u64,
+    pub busy: Duration,
+    pub budget_lowered_to: Option<usize>,
+}
+
+impl Worker {
+    pub fn new(
+        config: &ModelConfig,
+        device: Device,
+        segment_shape: &[usize],
+        segment_dtype: crate::message::SegmentDtype,
+        n_labels: usize,
+    ) -> Result<Self, WorkerError> {
+        let model = Model::load(
+            &config.path,
+            device,
+            config.dtype,
+            segment_shape,
+            segment_dtype,
+            n_labels,
+        )?;
+        Ok(Self {
+            model,
+            oom_recovery: config.oom_recovery,
+            fault_oom_above: config.fault_oom_above_segments,
+        })
+    }
+
+    pub fn device(&self) -> Device {
+        self.model.device
+    }
+
+    /// Runs until the batch channel closes or the run is cancelled. `budget`
+    /// is lowered here after an out-of-memory; the bucketing stage reads it.
+    pub fn run(
+        self,
+        batches: Receiver<Batch>,
+        out: Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        cancel: &AtomicBool,
+    ) -> Result<WorkerReport, WorkerError> {
+        let _no_grad = tch::no_grad_guard();
+        let mut report = WorkerReport::default();
+        for batch in batches {
+            if cancel.load(Ordering::Relaxed) {
+                break;
+            }
+            let started = Instant::now();
+            let sent = self.run_batch(batch, 0, &out, budget, &mut report)?;
+            report.busy += started.elapsed();
+            if !sent {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Predicts one batch (splitting it on out-of-memory); false when the
+    /// writers have gone.
+    fn run_batch(
+        &self,
+        batch: Batch,
+        split_depth: u32,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        self.reset_peaks()?;
+        let started = Instant::now();
+        match self.forward(&batch) {
+            Ok(predicted) => {
+                report.batches.push(BatchRecord {
+                    seq: batch.seq,
+                    rows: batch.rows.len(),
+                    segments: batch.n_segments,
+                    padded_segments: batch.padded_segments,
+                    flush_reason: batch.flush_reason,
+                    wall_ms: started.elapsed().as_secs_f64() * 1e3,
+                    split_depth,
+                    memory: self.memory_stats()?,
+                });
+                let predictions = Predictions {
+                    rows: batch.rows,
+                    label_ids: predicted.label_ids,
+                    scores: predicted.scores,
+                };
+                Ok(out.send(WriterMsg::Predictions(predictions)).is_ok())
+            }
+            Err(e) if self.oom_recovery && is_out_of_memory(&e) => {
+                report.oom_events += 1;
+                self.recover_from_oom(batch, split_depth, &e, out, budget, report)
+            }
+            Err(e) => Err(WorkerError::Forward {
+                seq: batch.seq,
+                rows: batch.rows.len(),
+                segments: batch.n_segments,
+                message: model_error_line(&e),
+            }),
+        }
+    }
+
+    fn recover_from_oom(
+        &self,
+        batch: Batch,
+        split_depth: u32,
+        error: &tch::TchError,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        alloc::empty_cache().map_err(WorkerError::Stats)?;
+        let lowered = (batch.n_segments / 2).max(1);
+        if budget.fetch_min(lowered, Ordering::Relaxed) > lowered {
+            report.budget_lowered_to = Some(budget.load(Ordering::Relaxed));
+        }
+        tracing::warn!(
+            seq = batch.seq,
+            rows = batch.rows.len(),
+            segments = batch.n_segments,
+            budget = budget.load(Ordering::Relaxed),
+            "out of memory; splitting the batch and lowering the segment budget"
+        );
+        match split_in_half(batch) {
+            Ok((first, second)) => {
+                Ok(self.run_batch(first, split_depth + 1, out, budget, report)?
+                    && self.run_batch(second, split_depth + 1, out, budget, report)?)
+            }
+            Err(lone) => {
+                report.oom_rejects += 1;
+                let rejects = lone
+                    .rows
+                    .into_iter()
+                    .map(|meta| Reject {
+                        id: Some(meta.id),
+                        origin: meta.origin,
+                        kind: "oom_single_row",
+                        reason: format!(
+                            "out of memory on a row of {} segments alone: {}",
+                            lone.n_segments,
+                            model_error_line(error)
+                        ),
+                    })
+                    .collect();
+                Ok(out.send(WriterMsg::Rejects(rejects)).is_ok())
+            }
+        }
+    }
+
+    fn forward(&self, batch: &Batch) -> Result<model::Predicted, tch::TchError> {
+        if let Some(limit) = self.fault_oom_above {
+            if batch.padded_segments > limit {
+                return Err(tch::TchError::Torch(format!(
+                    "CUDA out of memory (injected fault: {} segments > {limit})",
+                    batch.padded_segments
+                )));
+            }
+        }
+        self.model.predict(batch)
+    }
+
+    fn cuda_index(&self) -> Option<usize> {
+        match self.model.device {
+            Device::Cuda(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    fn reset_peaks(&self) -> Result<(), WorkerError> {
+        match self.cuda_index() {
+            Some(i) => alloc::reset_peaks(i).map_err(WorkerError::Stats),
+            None => Ok(()),
+        }
+    }
+
+    fn memory_stats(&self) -> Result<Option<MemoryStats>, WorkerError> {
+        match self.cuda_index() {
+            Some(i) => alloc::stats(i).map_err(WorkerError::Stats),
+            None => Ok(None),
+        }
+    }
+}
+
+fn is_out_of_memory(e: &tch::TchError) -> bool {
+    e.to_string().contains("out of memory")
+}
+
+/// libtorch's messages carry a C++ backtrace; the log wants the first line.
+fn model_error_line(e: &tch::TchError) -> String {
+    let text = e.to_string();
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(&text)
+        .trim()
+        .to_string()
+}
+
+/// Splits a batch into two halves of about equal segments (unpadded: this is
+/// the rare recovery path). A batch of one row cannot be split and comes back.
+pub fn split_in_half(batch: Batch) -> Result<(Batch, Batch), Batch> {
+    if batch.rows.len() < 2 {
+        return Err(batch);
+    }
+    let cut = half_point(&batch.segment_counts);
+    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
+    let first_segments: usize = batch.segment_counts[..cut]
+        .iter()
+        .map(|&c| c as usize)
+        .sum();
+    let second_segments = batch.n_segments - first_segments;
+    let (first_extras, second_extras): (Vec<_>, Vec<_>) = batch
+        .extras
+        .into_iter()
+        .map(|e| split_extra(e, cut))
+        .unzip();
+    let mut rows = batch.rows;
+    let second_rows = rows.split_off(cut);
+    let mut counts = batch.segment_counts;
+    let second_counts = counts.split_off(cut);
+    let mut segments = batch.segments;
+    segments.truncate(batch.n_segments * segment_bytes);
+    let second_bytes = segments.split_off(first_segments * segment_bytes);
+    let first = Batch {
+        seq: batch.seq,
+        rows,
+        segment_counts: counts,
+        n_segments: first_segments,
+        padded_segments: first_segments,
+        segments,
+        extras: first_extras,
+        flush_reason: "oom_split",
+    };
+    let second = Batch {
+        seq: batch.seq,
+        rows: second_rows,
+        segment_counts: second_counts,
+        n_segments: second_segments,
+        padded_segments: second_segments,
+        segments: second_bytes,
+        extras: second_extras,
+        flush_reason: "oom_split",
+    };
+    Ok((first, second))
+}
+
+/// The row index where the running segment total first reaches half, kept
+/// inside 1..len so both halves hold rows.
+fn half_point(counts: &[i64]) -> usize {
+    let total: i64 = counts.iter().sum();
+    let mut running = 0;
+    for (i, c) in counts.iter().enumerate() {
+        running += c;
+        if running * 2 >= total {
+            return (i + 1).clamp(1, counts.len() - 1);
+        }
+    }
+    counts.len() / 2
+}
+
+fn split_extra(extra: BatchExtra, cut: usize) -> (BatchExtra, BatchExtra) {
+    match extra {
+        BatchExtra::Ragged {
+            mut values,
+            mut counts,
+        } => {
+            let second_counts = counts.split_off(cut);
+            let first_len: i64 = counts.iter().sum();
+            let second_values = values.split_off(first_len as usize);
+            (
+                BatchExtra::Ragged { values, counts },
+                BatchExtra::Ragged {
+                    values: second_values,
+                    counts: second_counts,
+                },
+            )
+        }
+        BatchExtra::Vectors { mut values, width } => {
+            let second = values.split_off(cut * width);
+            (
+                BatchExtra::Vectors { values, width },
+                BatchExtra::Vectors {
+                    values: second,
+                    width,
+                },
+            )
+        }
+        BatchExtra::Floats(mut v) => {
+            let second = v.split_off(cut);
+            (BatchExtra::Floats(v), BatchExtra::Floats(second))
+        }
+        BatchExtra::Ints(mut v) => {
+            let second = v.split_off(cut);
+            (BatchExtra::Ints(v), BatchExtra::Ints(second))
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! One part file: written under a hidden temporary name, renamed when whole.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Float32Array, Int32Array, Int64Array, StringArray, StringDictionaryBuilder,
+};
+use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{GzipLevel, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use super::{Compression, OutputSchema, WriterError};
+use crate::message::{Predictions, RowId};
+use crate::reader::IdKind;
+
+pub struct PartWriter {
+    temp: PathBuf,
+    final_path: PathBuf,
+    writer: Option<ArrowWriter<File>>,
+    schema: SchemaRef,
+    output: OutputSchema,
+    rows: usize,
+}
+
+/// The output's columns: the id as read, the prediction, and where the row
+/// came from, so any order can be restored by sorting.
+pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
+    let id_type = match id_kind {
+        IdKind::Str => DataType::Utf8,
+        IdKind::Int => DataType::Int64,
+    };
+    Arc::new(Schema::new(vec![
+        Field::new("id", id_type, false),
+        Field::new("label", DataType::Utf8, false),
+        Field::new("label_id", DataType::Int32, false),
+        Field::new("score", DataType::Float32, false),
+        Field::new(
+            "source_file",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false,
+        ),
+        Field::new("source_row", DataType::Int64, false),
+    ]))
+}
+
+pub fn properties(compression: Compression) -> WriterProperties {
+    let codec = match compression {
+        Compression::Zstd => parquet::basic::Compression::ZSTD(ZstdLevel::default()),
+        Compression::Snappy => parquet::basic::Compression::SNAPPY,
+        Compression::Gzip => parquet::basic::Compression::GZIP(GzipLevel::default()),
+        Compression::None => parquet::basic::Compression::UNCOMPRESSED,
+    };
+    WriterProperties::builder().set_compression(codec).build()
+}
+
+impl PartWriter {
+    pub fn create(
+        dir: &Path,
+        writer_idx: usize,
+        seq: usize,
+        compression: Compression,
+        output: &OutputSchema,
+    ) -> Result<Self, WriterError> {
+        let name = format!("part-{writer_idx:02}-{seq:05}.parquet");
+        let final_path = dir.join(&name);
+        let temp = dir.join(format!(".{name}.inprogress"));
+        let write_error = |message: String| WriterError::Write {
+            path: temp.clone(),
+            message,
+        };
+        let file = File::create(&temp).map_err(|e| write_error(e.to_string()))?;
+        let schema = arrow_schema(output.id_kind);
+        let writer = ArrowWriter::try_new(file, schema.clone(), Some(properties(compression)))
+            .map_err(|e| write_error(e.to_string()))?;
+        Ok(Self {
+            temp,
+            final_path,
+            writer: Some(writer),
+            schema,
+            output: output.clone(),
+            rows: 0,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn write(&mut self, predictions: &Predictions) -> Result<(), WriterError> {
+        let batch = self.record_batch(predictions)?;
+        let temp = &self.temp;
+        let writer = self.writer.as_mut().ok_or_else(|| WriterError::Write {
+            path: temp.clone(),
+            message: "the part is already closed".into(),
+        })?;
+        writer.write(&batch).map_err(|e| WriterError::Write {
+            path: self.temp.clone(),
+            message: e.to_string(),
+        })?;
+        self.rows += predictions.rows.len();
+        Ok(())
+    }
+
+    /// Closes the file and gives it its final name.
+    pub fn finish(mut self) -> Result<PathBuf, WriterError> {
+        let writer = self
+            .writer
+            .take()
+            .ok_or_else(|| self.error("the part is already closed".into()))?;
+        writer.close().map_err(|e| self.error(e.to_string()))?;
+        std::fs::rename(&self.temp, &self.final_path).map_err(|e| self.error(e.to_string()))?;
+        Ok(self.final_path.clone())
+    }
+
+    fn error(&self, message: String) -> WriterError {
+        WriterError::Write {
+            path: self.temp.clone(),
+            message,
+        }
+    }
+
+    fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
+        let labels = &self.output.labels;
+        let label_names = p
+            .label_ids
+            .iter()
+            .map(|&id| {
+                usize::try_from(id)
+                    .ok()
+                    .and_then(|i| labels.get(i))
+                    .map(String::as_str)
+                    .ok_or(WriterError::UnknownLabel {
+                        label_id: id,
+                        n_labels: labels.len(),
+                    })
+            })
+            .collect::<Result<Vec<&str>, _>>()?;
+        let ids: ArrayRef = match self.output.id_kind {
+            IdKind::Str => Arc::new(
+                p.rows
+                    .iter()
+                    .map(|r| Some(r.id.to_string()))
+                    .collect::<StringArray>(),
+            ),
+            IdKind::Int => Arc::new(
+                p.rows
+                    .iter()
+                    .map(|r| match r.id {
+                        RowId::Int(v) => Some(v),
+                        RowId::Str(_) => None,
+                    })
+                    .collect::<Int64Array>(),
+            ),
+        };
+        let mut sources = StringDictionaryBuilder::<Int32Type>::new();
+        for row in &p.rows {
+            let path = self.output.sources.get(row.origin.file_idx as usize);
+            sources.append_value(path.map(|p| p.display().to_string()).unwrap_or_default());
+        }
+        let columns: Vec<ArrayRef> = vec![
+            ids,
+            Arc::new(StringArray::from(label_names)),
+            Arc::new(Int32Array::from(p.label_ids.clone())),
+            Arc::new(Float32Array::from(p.scores.clone())),
+            Arc::new(sources.finish()),
+            Arc::new(
+                p.rows
+                    .iter()
+                    .map(|r| r.origin.row_idx as i64)
+                    .collect::<Int64Array>(),
+            ),
+        ];
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| self.error(e.to_string()))
+    }
+}
+
+impl Drop for PartWriter {
+    /// A part dropped before `finish` (error, cancel) leaves no file behind.
+    fn drop(&mut self) {
+        if self.writer.is_some() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! `_rejects.parquet`: every row that did not reach the output, and why.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+
+use super::{Compression, WriterError};
+use crate::message::{Reject, Sources};
+
+/// Writes all rejects (possibly none: the file's presence says the run
+/// checked) sorted by file and row, under a temporary name first.
+pub fn write_rejects(
+    dir: &Path,
+    rejects: &mut [Reject],
+    sources: &Sources,
+) -> Result<(), WriterError> {
+    rejects.sort_by_key(|r| (r.origin.file_idx, r.origin.row_idx));
+    let path = dir.join("_rejects.parquet");
+    let temp = dir.join("._rejects.parquet.inprogress");
+    let error = |message: String| WriterError::Write {
+        path: path.clone(),
+        message,
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("source_file", DataType::Utf8, false),
+        Field::new("source_row", DataType::Int64, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("reason", DataType::Utf8, false),
+    ]));
+    let source_name = |r: &Reject| {
+        sources
+            .get(r.origin.file_idx as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| r.id.as_ref().map(|id| id.to_string()))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(source_name(r)))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.origin.row_idx as i64))
+                .collect::<Int64Array>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.kind))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.reason.as_str()))
+                .collect::<StringArray>(),
+        ),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| error(e.to_string()))?;
+    let file = std::fs::File::create(&temp).map_err(|e| error(e.to_string()))?;
+    let props = super::parts::properties(Compression::Zstd);
+    let mut writer =
+        ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| error(e.to_string()))?;
+    writer.write(&batch).map_err(|e| error(e.to_string()))?;
+    writer.close().map_err(|e| error(e.to_string()))?;
+    std::fs::rename(&temp, &path).map_err(|e| error(e.to_string()))
+}
