@@ -35,6 +35,24 @@ struct Cli {
 enum Command {
     /// Predict every row of the pipeline's input and write Parquet.
     Run(RunArgs),
+    /// Measure the model's device memory against segments per batch and
+    /// print the largest budget that keeps a run under a memory target.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CalibrateArgs {
+    /// The pipeline file (TOML): its model, dtype and input columns are used.
+    pipeline: PathBuf,
+    /// Device memory target, e.g. 20GiB or 512MiB.
+    #[arg(long)]
+    gpu_memory: String,
+    /// cuda or cuda:N (overrides [model] device).
+    #[arg(long)]
+    device: Option<String>,
+    /// Also write the measurements and the fit as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,6 +77,10 @@ struct RunArgs {
     /// Replace an earlier run's output in the output directory.
     #[arg(long)]
     overwrite: bool,
+    /// Device memory target; with it the budget is calibrated on the device
+    /// (as `max_segments = "auto"` with `gpu_memory`).
+    #[arg(long)]
+    gpu_memory: Option<String>,
 }
 
 pub fn main() -> ExitCode {
@@ -67,6 +89,7 @@ pub fn main() -> ExitCode {
     let cancel = Arc::new(AtomicBool::new(false));
     let result = match cli.command {
         Command::Run(args) => run(args, cancel.clone()),
+        Command::Calibrate(args) => calibrate(args).map(|()| EXIT_OK),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -100,6 +123,10 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
         threads: args.threads,
     });
     config.writers.overwrite |= args.overwrite;
+    if let Some(target) = args.gpu_memory {
+        config.bucketing.gpu_memory = Some(target);
+        config.auto_budget = true;
+    }
     let allocator = pipeline::configure_allocator(&config);
     let on_signal = cancel.clone();
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
@@ -116,4 +143,23 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     } else {
         EXIT_OK
     })
+}
+
+fn calibrate(args: CalibrateArgs) -> Result<()> {
+    let mut config = PipelineConfig::load(&args.pipeline)?;
+    config.apply(&Overrides {
+        device: args.device,
+        ..Overrides::default()
+    });
+    let allocator = pipeline::configure_allocator(&config);
+    let calibration = pipeline::calibrate(&config, &args.gpu_memory)?;
+    println!(
+        "{}",
+        pipeline::describe_calibration(&calibration, allocator.as_deref())
+    );
+    if let Some(path) = args.json {
+        let text = serde_json::to_string_pretty(&calibration)?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }

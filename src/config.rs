@@ -25,11 +25,15 @@ pub struct PipelineConfig {
     pub model: ModelConfig,
     /// `[writers]`: where predictions go.
     pub writers: WriterConfig,
+    /// `max_segments = "auto"` in `[bucketing]`: the budget is calibrated on
+    /// the device against `gpu_memory` before the run.
+    #[serde(skip)]
+    pub auto_budget: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read pipeline file {path}: {source}")]
+    #[error("cannot read pipeline file {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -67,7 +71,17 @@ impl PipelineConfig {
 
     /// Parses TOML text; the error is one line naming the offending key.
     pub fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
+        if !take_auto_budget(&mut table) {
+            // Straight from the text, so errors keep their line numbers.
+            return toml::from_str(text).map_err(|e| one_line_toml_error(text, &e));
+        }
+        let mut config: Self = table
+            .try_into()
+            .map_err(|e: toml::de::Error| one_line_toml_error(text, &e))?;
+        config.auto_budget = true;
+        Ok(config)
     }
 
     fn resolve_paths(&mut self, base: &Path) {
@@ -96,12 +110,28 @@ impl PipelineConfig {
         }
         if let Some(max_segments) = overrides.max_segments {
             self.bucketing.max_segments = max_segments;
+            self.auto_budget = false;
         }
         if let Some(threads) = overrides.threads {
             self.readers.threads = threads;
             self.writers.threads = threads;
         }
     }
+}
+
+/// Replaces `max_segments = "auto"` with a placeholder budget (calibration
+/// sets the real one) and says whether it was there.
+fn take_auto_budget(table: &mut toml::Table) -> bool {
+    let Some(toml::Value::Table(bucketing)) = table.get_mut("bucketing") else {
+        return false;
+    };
+    if bucketing.get("max_segments").and_then(toml::Value::as_str) != Some("auto") {
+        return false;
+    }
+    bucketing.insert("max_segments".into(), toml::Value::Integer(1));
+    // Explicit classes cannot be checked against a budget not yet known.
+    bucketing.remove("size_classes");
+    true
 }
 
 /// toml's errors span several lines with a source excerpt; a batch job's log

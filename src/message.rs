@@ -59,6 +59,30 @@ impl SegmentDtype {
     }
 }
 
+/// What the model is fed, as the pipeline's columns declare it: the readers
+/// produce it, the model worker builds tensors (and calibration batches) by it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputSpec {
+    pub segment_shape: Vec<usize>,
+    pub segment_dtype: SegmentDtype,
+    pub extras: Vec<ExtraSpec>,
+}
+
+impl InputSpec {
+    pub fn segment_bytes(&self) -> usize {
+        self.segment_shape.iter().product::<usize>() * self.segment_dtype.size_bytes()
+    }
+}
+
+/// The kind of one extra input, in the model's argument order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraSpec {
+    Ragged,
+    Vector { width: usize },
+    Float,
+    Int,
+}
+
 /// One extra model input of one row, beside the segments.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExtraValue {

@@ -15,9 +15,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::bucketing::{run_bucketing, Bucketer, BucketingReport};
 use crate::config::PipelineConfig;
-use crate::message::{Row, WriterMsg};
+use crate::message::{InputSpec, Row, WriterMsg};
 use crate::reader::{self, ReadPlan, ReaderStats};
 use crate::report::{memory_summary, RunReport, StageBusy};
+use crate::worker::calibrate::{parse_size, Calibration, CalibrationError};
 use crate::worker::{self, Worker, WorkerReport};
 use crate::writer::{self, OutputSchema, WriterReport};
 
@@ -73,14 +74,15 @@ pub fn run(
     if device.is_cuda() {
         tch::Cuda::cudnn_set_benchmark(cudnn_benchmark);
     }
-    let segments = &config.readers.columns.segments;
-    let model = Worker::new(
-        &config.model,
-        device,
-        &segments.shape,
-        segments.dtype,
-        labels.len(),
-    )?;
+    let inputs = config.readers.columns.input_spec();
+    let model = Worker::new(&config.model, device, &inputs, labels.len())?;
+    let mut config = config.clone();
+    let calibration = if config.auto_budget {
+        Some(calibrate_budget(&mut config, &model, &inputs)?)
+    } else {
+        None
+    };
+    let config = &config;
     config.writers.prepare_dir()?;
     tracing::info!(
         files = plan.sources.len(),
@@ -95,21 +97,102 @@ pub fn run(
         labels,
         sources: plan.sources.clone(),
     };
-    let budget = AtomicUsize::new(config.bucketing.max_segments);
+    // The budget in force: none for the `rows` strategy, as the bucketer knows.
+    let initial_budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
+    let budget = AtomicUsize::new(initial_budget);
     let stages = run_stages(config, &plan, model, &schema, &budget, &cancel)?;
     if cancel.load(Ordering::Relaxed) {
         bail!("interrupted; no output was marked complete");
     }
-    finish_run(
-        config,
-        &plan,
-        stages,
+    let settings = RunSettings {
         device,
         cudnn_benchmark,
         allocator_conf,
-        &budget,
-        started,
-    )
+        calibration,
+    };
+    finish_run(config, &plan, stages, settings, &budget, started)
+}
+
+/// `max_segments = "auto"`: measure the model on its device and set the
+/// budget and size classes for the memory target.
+fn calibrate_budget(
+    config: &mut PipelineConfig,
+    model: &Worker,
+    inputs: &InputSpec,
+) -> Result<Calibration> {
+    let target = config
+        .bucketing
+        .gpu_memory
+        .as_deref()
+        .ok_or(CalibrationError::NoTarget)
+        .and_then(parse_size)?;
+    let calibration = model.calibrate(inputs, target)?;
+    tracing::info!(
+        max_segments = calibration.max_segments,
+        target_mib = target >> 20,
+        measured_mib = calibration.measured_peak_reserved >> 20,
+        "calibrated the segment budget"
+    );
+    config.bucketing.max_segments = calibration.max_segments;
+    config.bucketing.size_classes = Some(calibration.size_classes.clone());
+    Ok(calibration)
+}
+
+/// `segpredict calibrate`: load the model on the pipeline's device and
+/// measure it against `gpu_memory`.
+pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibration> {
+    let target = parse_size(gpu_memory)?;
+    let labels = worker::load_labels(&config.model.labels)?;
+    let device = worker::choose_device(&config.model.device)?;
+    if device.is_cuda() {
+        tch::Cuda::cudnn_set_benchmark(
+            config
+                .model
+                .cudnn_benchmark
+                .unwrap_or(config.bucketing.pad_to_size_classes),
+        );
+    }
+    let inputs = config.readers.columns.input_spec();
+    let model = Worker::new(&config.model, device, &inputs, labels.len())?;
+    Ok(model.calibrate(&inputs, target)?)
+}
+
+/// The calibration as a person reads it, ending with the lines to paste.
+pub fn describe_calibration(c: &Calibration, allocator: Option<&str>) -> String {
+    let mib = |b: i64| b >> 20;
+    let mut s = format!(
+        "target {} MiB (allocator: {})\n{:>10} {:>14} {:>15}\n",
+        c.target_bytes >> 20,
+        allocator.unwrap_or("default"),
+        "segments",
+        "peak reserved",
+        "peak allocated"
+    );
+    for p in &c.points {
+        s += &format!(
+            "{:>10} {:>10} MiB {:>11} MiB\n",
+            p.segments,
+            mib(p.peak_reserved),
+            mib(p.peak_allocated)
+        );
+    }
+    s += &format!(
+        "fit: {:.0} MiB + {:.3} MiB per segment\nmeasured at the budget: {} MiB\n\n[bucketing]\nmax_segments = {}\nsize_classes = {:?}",
+        c.fit.intercept / 1048576.0,
+        c.fit.slope / 1048576.0,
+        mib(c.measured_peak_reserved),
+        c.max_segments,
+        c.size_classes
+    );
+    s
+}
+
+/// How the run was set up, for its report.
+struct RunSettings {
+    device: tch::Device,
+    cudnn_benchmark: bool,
+    allocator_conf: Option<String>,
+    calibration: Option<Calibration>,
 }
 
 struct StageReports {
@@ -229,17 +312,20 @@ fn keep<T>(
     }
 }
 
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
 fn finish_run(
     config: &PipelineConfig,
     plan: &ReadPlan,
     stages: StageReports,
-    device: tch::Device,
-    cudnn_benchmark: bool,
-    allocator_conf: Option<String>,
+    settings: RunSettings,
     budget: &AtomicUsize,
     started: Instant,
 ) -> Result<RunOutcome> {
+    let RunSettings {
+        device,
+        cudnn_benchmark,
+        allocator_conf,
+        calibration,
+    } = settings;
     let StageReports {
         readers,
         bucketing,
@@ -298,6 +384,8 @@ fn finish_run(
             writers: writers.iter().map(|w| secs(w.busy)).sum(),
         },
         memory: memory_summary(&worker.batches),
+        strategy: format!("{:?}", config.bucketing.strategy),
+        calibration,
         batch_records: worker.batches,
     };
     report

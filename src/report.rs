@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::worker::calibrate::Calibration;
 use crate::worker::BatchRecord;
 
 /// Everything a run measured.
@@ -36,6 +37,10 @@ pub struct RunReport {
     /// Absent on CPU: there is no device memory to report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
+    pub strategy: String,
+    /// Present when `max_segments = "auto"` chose the budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
     pub batch_records: Vec<BatchRecord>,
 }
 

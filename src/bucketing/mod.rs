@@ -53,6 +53,26 @@ pub struct BucketingConfig {
     /// (B/16, B/8, B/4, B/2, 3B/4, B, rounded up to multiples of 8). More
     /// classes mean less padding but more distinct shapes to warm up.
     pub size_classes: Option<Vec<usize>>,
+    /// How batches are formed. Default `segment_budget`. `rows` is the
+    /// seed's way, kept for comparison: `max_rows` rows a batch in arrival
+    /// order, whatever their segments, unpadded; its memory ratchets.
+    pub strategy: BatchingStrategy,
+    /// Device memory target such as `"20GiB"` or `"512MiB"`. With
+    /// `max_segments = "auto"` the budget and size classes are calibrated on
+    /// the device at start-up to keep peak reserved memory near it. Default:
+    /// none. Calibration costs a few seconds of forward passes.
+    pub gpu_memory: Option<String>,
+}
+
+/// How rows are grouped into batches.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchingStrategy {
+    /// Log2 buckets by segment count, each batch under the segment budget.
+    #[default]
+    SegmentBudget,
+    /// A fixed number of rows per batch in arrival order (the seed's way).
+    Rows,
 }
 
 impl Default for BucketingConfig {
@@ -63,6 +83,8 @@ impl Default for BucketingConfig {
             max_held_rows: 16384,
             pad_to_size_classes: true,
             size_classes: None,
+            strategy: BatchingStrategy::SegmentBudget,
+            gpu_memory: None,
         }
     }
 }
@@ -224,6 +246,8 @@ pub struct Bucketer<T: Segmented> {
     /// Set by `lower_budget`: some buckets may now hold more than the budget
     /// and must be split before anything else happens.
     replan_pending: bool,
+    /// `BatchingStrategy::Rows`: one bucket, no budget, no padding.
+    by_rows: bool,
 }
 
 impl<T: Segmented> Bucketer<T> {
@@ -238,7 +262,20 @@ impl<T: Segmented> Bucketer<T> {
             pad_to_size_classes: config.pad_to_size_classes,
             size_classes: config.effective_size_classes(),
             replan_pending: false,
-        })
+            by_rows: false,
+        }
+        .with_strategy(config.strategy))
+    }
+
+    /// `Rows` keeps one bucket and lifts the budget: batches are `max_rows`
+    /// rows in arrival order, as a row-count batcher forms them.
+    fn with_strategy(mut self, strategy: BatchingStrategy) -> Self {
+        if strategy == BatchingStrategy::Rows {
+            self.by_rows = true;
+            self.max_segments = usize::MAX;
+            self.pad_to_size_classes = false;
+        }
+        self
     }
 
     /// Adds one row; returns the batches that became ready (often none).
@@ -253,7 +290,7 @@ impl<T: Segmented> Bucketer<T> {
             ready.push(self.oversized_batch(row));
             return ready;
         }
-        let index = bucket_index(n);
+        let index = if self.by_rows { 0 } else { bucket_index(n) };
         if self.bucket(index).segments.saturating_add(n) > self.max_segments {
             self.flush_bucket(index, FlushReason::BudgetReached, &mut ready);
         }

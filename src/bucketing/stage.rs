@@ -18,6 +18,7 @@ pub struct BucketingReport {
     pub padded_segments: u64,
     pub oversized_batches: u64,
     pub size_classes: Vec<usize>,
+    /// Time spent planning and laying out batches, not waiting on channels.
     pub busy: Duration,
 }
 
@@ -37,6 +38,7 @@ pub fn run_bucketing(
     let mut stage = Stage {
         segment_bytes,
         batches,
+        blocked: Duration::ZERO,
         report: BucketingReport {
             size_classes: bucketer.size_classes().to_vec(),
             ..BucketingReport::default()
@@ -47,6 +49,7 @@ pub fn run_bucketing(
             return Ok(stage.report);
         }
         let started = Instant::now();
+        let blocked_before = stage.blocked;
         follow_budget(&mut bucketer, budget)?;
         stage.report.rejects += chunk.rejects.len() as u64;
         if !chunk.rejects.is_empty() && rejects.send(WriterMsg::Rejects(chunk.rejects)).is_err() {
@@ -60,10 +63,16 @@ pub fn run_bucketing(
                 }
             }
         }
-        stage.report.busy += started.elapsed();
+        stage.report.busy += started
+            .elapsed()
+            .saturating_sub(stage.blocked - blocked_before);
     }
     if !cancel.load(Ordering::Relaxed) {
         follow_budget(&mut bucketer, budget)?;
+        tracing::debug!(
+            held_rows = bucketer.held_rows(),
+            "input ended; draining the buckets"
+        );
         for planned in bucketer.finish() {
             if !stage.send(planned) {
                 break;
@@ -92,6 +101,8 @@ fn follow_budget<T: super::Segmented>(
 struct Stage {
     segment_bytes: usize,
     batches: Sender<Batch>,
+    /// Time blocked sending to the model worker: backpressure, not work.
+    blocked: Duration,
     report: BucketingReport,
 }
 
@@ -100,7 +111,7 @@ impl Stage {
     fn send(&mut self, planned: PlannedBatch<Row>) -> bool {
         let report = &mut self.report;
         report.segments += planned.n_segments as u64;
-        report.padded_segments += planned.padded_segments as u64;
+        report.padded_segments += (planned.n_segments + planned.padding_segments()) as u64;
         report.oversized_batches += u64::from(planned.is_oversized());
         if planned.is_oversized() {
             tracing::info!(
@@ -110,7 +121,10 @@ impl Stage {
         }
         let batch = assemble(report.batches, planned, self.segment_bytes);
         report.batches += 1;
-        self.batches.send(batch).is_ok()
+        let sending = Instant::now();
+        let sent = self.batches.send(batch).is_ok();
+        self.blocked += sending.elapsed();
+        sent
     }
 }
 

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Schema};
 use serde::Deserialize;
 
 use super::ReaderError;
-use crate::message::SegmentDtype;
+use crate::message::{ExtraSpec, InputSpec, SegmentDtype};
 
 /// Maps Parquet columns to the model's inputs. The model is called as
 /// `forward(segments, segment_counts, *extras)`, extras in the order listed.
@@ -113,6 +113,26 @@ impl ColumnMapping {
             }
         }
         Ok(())
+    }
+
+    /// The model inputs these columns produce.
+    pub fn input_spec(&self) -> InputSpec {
+        InputSpec {
+            segment_shape: self.segments.shape.clone(),
+            segment_dtype: self.segments.dtype,
+            extras: self
+                .extras
+                .iter()
+                .map(|e| match e.kind {
+                    ExtraKind::Ragged => ExtraSpec::Ragged,
+                    ExtraKind::Vector => ExtraSpec::Vector {
+                        width: e.width.unwrap_or(0),
+                    },
+                    ExtraKind::Float => ExtraSpec::Float,
+                    ExtraKind::Int => ExtraSpec::Int,
+                })
+                .collect(),
+        }
     }
 
     fn names(&self) -> impl Iterator<Item = &str> {

@@ -6,6 +6,7 @@
 //! for the rest of the run, and rejects a lone row that still does not fit.
 
 pub mod alloc;
+pub mod calibrate;
 mod model;
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use tch::{Device, Kind};
 pub use alloc::MemoryStats;
 use model::Model;
 
-use crate::message::{Batch, BatchExtra, Predictions, Reject, WriterMsg};
+use crate::message::{Batch, BatchExtra, InputSpec, Predictions, Reject, WriterMsg};
 
 /// `[model]`: the TorchScript model, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +108,8 @@ pub enum WorkerError {
     },
     #[error("reading allocator statistics: {0}")]
     Stats(String),
+    #[error(transparent)]
+    Calibration(#[from] calibrate::CalibrationError),
 }
 
 /// Parses the device setting; `auto` is CUDA device 0 when CUDA is present.
@@ -179,6 +182,7 @@ pub struct WorkerReport {
     pub batches: Vec<BatchRecord>,
     pub oom_events: u64,
     pub oom_rejects: u64,
+    /// Time in forward passes (inputs to answers on the host).
     pub busy: Duration,
     pub budget_lowered_to: Option<usize>,
 }
@@ -187,27 +191,15 @@ impl Worker {
     pub fn new(
         config: &ModelConfig,
         device: Device,
-        segment_shape: &[usize],
-        segment_dtype: crate::message::SegmentDtype,
+        inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
-        let model = Model::load(
-            &config.path,
-            device,
-            config.dtype,
-            segment_shape,
-            segment_dtype,
-            n_labels,
-        )?;
+        let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
         Ok(Self {
             model,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         })
-    }
-
-    pub fn device(&self) -> Device {
-        self.model.device
     }
 
     /// Runs until the batch channel closes or the run is cancelled. `budget`
@@ -225,10 +217,7 @@ impl Worker {
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
-            let started = Instant::now();
-            let sent = self.run_batch(batch, 0, &out, budget, &mut report)?;
-            report.busy += started.elapsed();
-            if !sent {
+            if !self.run_batch(batch, 0, &out, budget, &mut report)? {
                 break;
             }
         }
@@ -247,7 +236,10 @@ impl Worker {
     ) -> Result<bool, WorkerError> {
         self.reset_peaks()?;
         let started = Instant::now();
-        match self.forward(&batch) {
+        let result = self.forward(&batch);
+        let elapsed = started.elapsed();
+        report.busy += elapsed;
+        match result {
             Ok(predicted) => {
                 report.batches.push(BatchRecord {
                     seq: batch.seq,
@@ -255,7 +247,7 @@ impl Worker {
                     segments: batch.n_segments,
                     padded_segments: batch.padded_segments,
                     flush_reason: batch.flush_reason,
-                    wall_ms: started.elapsed().as_secs_f64() * 1e3,
+                    wall_ms: elapsed.as_secs_f64() * 1e3,
                     split_depth,
                     memory: self.memory_stats()?,
                 });

@@ -6,7 +6,7 @@ use std::path::Path;
 use tch::{CModule, Device, Kind, Tensor};
 
 use super::{ModelDtype, WorkerError};
-use crate::message::{Batch, BatchExtra, SegmentDtype};
+use crate::message::{Batch, BatchExtra, InputSpec, SegmentDtype};
 
 /// The model, its device, and what it is fed.
 pub struct Model {
@@ -29,8 +29,7 @@ impl Model {
         path: &Path,
         device: Device,
         dtype: ModelDtype,
-        segment_shape: &[usize],
-        segment_dtype: SegmentDtype,
+        inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
         if !path.is_file() {
@@ -53,8 +52,8 @@ impl Model {
             module,
             device,
             kind,
-            segment_shape: segment_shape.iter().map(|&d| d as i64).collect(),
-            segment_dtype,
+            segment_shape: inputs.segment_shape.iter().map(|&d| d as i64).collect(),
+            segment_dtype: inputs.segment_dtype,
             n_labels,
         })
     }

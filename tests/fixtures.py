@@ -1,0 +1,193 @@
+"""Input variants for segpredict's integration tests, written by the real
+writers users have (pyarrow, DuckDB, Polars).
+
+Usage: python tests/fixtures.py COMMAND IN OUT [options]
+
+Every command reads IN (the sample, or any file of its schema), keeps its first
+--rows rows (default: all) and writes OUT (a file, or a directory for `codecs`
+and `split`). Row order is kept, so row k of OUT is row k of the subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+def load(path: str, rows: int | None) -> pa.Table:
+    table = pq.read_table(path)
+    if rows is not None:
+        table = table.slice(0, rows)
+    return table.combine_chunks()
+
+
+def replace(table: pa.Table, name: str, array: pa.Array) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, pa.field(name, array.type), array)
+
+
+def segments_flat(table: pa.Table):
+    """(offsets int64 [R+1], uint8 [S, 64]) of the sample's segments column."""
+    col = table.column("segments").combine_chunks()
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    child = col.values
+    width = child.type.byte_width
+    data = np.frombuffer(child.buffers()[1], dtype=np.uint8)
+    data = data[child.offset * width : (child.offset + len(child)) * width]
+    start, stop = offsets[0], offsets[-1]
+    return offsets - start, data.reshape(-1, width)[start:stop]
+
+
+def cmd_subset(a, t):
+    pq.write_table(t, a.out)
+
+
+def cmd_rowgroups(a, t):
+    pq.write_table(t, a.out, row_group_size=a.row_group_size, use_dictionary=True)
+
+
+def cmd_dict_id(a, t):
+    t = replace(t, "id", pc.dictionary_encode(t.column("id").combine_chunks()))
+    pq.write_table(t, a.out, use_dictionary=True)
+
+
+def cmd_duckdb(a, t):
+    import duckdb
+
+    staged = Path(a.out).with_suffix(".staged.parquet")
+    pq.write_table(t, staged)
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT * FROM read_parquet('{staged}')) TO '{a.out}' (FORMAT parquet)"
+    )
+    con.close()
+    staged.unlink()
+
+
+def cmd_polars(a, t):
+    import polars as pl
+
+    pl.from_arrow(t).write_parquet(a.out)
+
+
+def cmd_codecs(a, t):
+    """Four files, one per codec, in one directory."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    codecs = ["snappy", "zstd", "gzip", "none"]
+    bounds = np.linspace(0, t.num_rows, len(codecs) + 1).astype(int)
+    for k, codec in enumerate(codecs):
+        part = t.slice(bounds[k], bounds[k + 1] - bounds[k])
+        pq.write_table(part, out / f"part-{k}-{codec}.parquet", compression=codec)
+
+
+def cmd_split(a, t):
+    """Consecutive slices of --sizes rows into files named file-<k>.parquet."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for k, size in enumerate(int(s) for s in a.sizes.split(",")):
+        pq.write_table(t.slice(start, size), out / f"file-{k}.parquet")
+        start += size
+
+
+def cmd_large_list(a, t):
+    col = t.column("segments").combine_chunks()
+    t = replace(t, "segments", col.cast(pa.large_list(col.type.value_type)))
+    pq.write_table(t, a.out)
+
+
+def cmd_fixed_list(a, t):
+    offsets, data = segments_flat(t)
+    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1), pa.uint8()), 64)
+    segments = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+    pq.write_table(replace(t, "segments", segments), a.out)
+
+
+def cmd_binary_list(a, t):
+    pq.write_table(replace(t, "segments", binary_segments(t)), a.out)
+
+
+def binary_segments(t: pa.Table, short=None, null_rows=(), empty_rows=()):
+    """list<binary> segments; `short` = (row, k): that row's k-th segment loses a byte."""
+    offsets, data = segments_flat(t)
+    values, new_offsets, mask = [], [0], []
+    for r in range(t.num_rows):
+        segs = [] if r in empty_rows else [data[j].tobytes() for j in range(offsets[r], offsets[r + 1])]
+        if short is not None and short[0] == r:
+            segs[short[1]] = segs[short[1]][:63]
+        if r in null_rows:
+            segs = []
+        values.extend(segs)
+        new_offsets.append(len(values))
+        mask.append(r in null_rows)
+    return pa.ListArray.from_arrays(
+        pa.array(new_offsets, pa.int32()),
+        pa.array(values, pa.binary()),
+        mask=pa.array(mask, pa.bool_()),
+    )
+
+
+def cmd_bad_values(a, t):
+    """Row 150: a 63-byte segment; row 40: null segments; row 250: no segments."""
+    bad = {"bad_segment_size": 150, "null_segments": 40, "no_segments": 250}
+    segments = binary_segments(
+        t, short=(bad["bad_segment_size"], 1), null_rows={bad["null_segments"]},
+        empty_rows={bad["no_segments"]},
+    )
+    pq.write_table(replace(t, "segments", segments), a.out)
+    print(json.dumps(bad))
+
+
+def cmd_tags(a, t):
+    """Every --every-th row's tags become null (or, with --empty, an empty list)."""
+    tags = t.column("tags").combine_chunks()
+    rows = tags.to_pylist()
+    for r in range(0, len(rows), a.every):
+        rows[r] = [] if a.empty else None
+    pq.write_table(replace(t, "tags", pa.array(rows, type=tags.type)), a.out)
+
+
+def cmd_empty(a, t):
+    pq.write_table(t.slice(0, 0), a.out)
+
+
+COMMANDS = {
+    "subset": cmd_subset,
+    "rowgroups": cmd_rowgroups,
+    "dict-id": cmd_dict_id,
+    "duckdb": cmd_duckdb,
+    "polars": cmd_polars,
+    "codecs": cmd_codecs,
+    "split": cmd_split,
+    "large-list": cmd_large_list,
+    "fixed-list": cmd_fixed_list,
+    "binary-list": cmd_binary_list,
+    "bad-values": cmd_bad_values,
+    "tags": cmd_tags,
+    "empty": cmd_empty,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("command", choices=sorted(COMMANDS))
+    ap.add_argument("input")
+    ap.add_argument("out")
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--row-group-size", type=int, default=40)
+    ap.add_argument("--sizes", default="")
+    ap.add_argument("--every", type=int, default=7)
+    ap.add_argument("--empty", action="store_true")
+    a = ap.parse_args()
+    COMMANDS[a.command](a, load(a.input, a.rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+//! Bad values reject their rows, an out-of-memory rejects only rows that do
+//! not fit alone, and Ctrl-C leaves no half-written file under a final name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+#[test]
+fn undecodable_rows_mid_file_are_rejected_and_the_rest_predicted() {
+    let dir = tmp();
+    let input_path = dir.path().join("bad.parquet");
+    let made = fixture("bad-values", &sample(), &input_path, &["--rows", "300"]);
+    // {"bad_segment_size": 150, "null_segments": 40, "no_segments": 250}
+    let bad: BTreeMap<String, i64> = serde_json::from_str(made.trim()).unwrap();
+    assert_eq!(bad.len(), 3);
+    let input = read_input(&input_path);
+    assert_eq!(input.len(), 300);
+
+    let run = Pipeline::new(&input_path, dir.path().join("out")).run(&[]);
+    run.expect_code(3);
+    let out = &run.out_dir;
+    assert!(
+        out.join("_SUCCESS").is_file(),
+        "a run with rejects is complete"
+    );
+    let output = read_output(out);
+    let rejects = read_rejects(out);
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    assert_eq!(output.len(), 297);
+    assert_eq!(rejects.len(), 3, "{rejects:?}");
+    let found: BTreeMap<String, i64> = rejects
+        .iter()
+        .map(|r| (r.kind.clone(), r.source_row))
+        .collect();
+    assert_eq!(found, bad);
+    for reject in &rejects {
+        let row = reject.source_row as usize;
+        assert_eq!(
+            reject.id.as_deref(),
+            Some(input[row].id.as_str()),
+            "{reject:?}"
+        );
+        assert_eq!(Path::new(&reject.source_file), input_path, "{reject:?}");
+        assert!(!reject.reason.trim().is_empty(), "{reject:?}");
+    }
+    let short = rejects
+        .iter()
+        .find(|r| r.kind == "bad_segment_size")
+        .unwrap();
+    assert!(short.reason.contains("63"), "{short:?}");
+    // The other rows predict as in the original file.
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    assert_eq!(report_u64(&report, "rows_rejected"), 3);
+    assert_eq!(report_u64(&report, "rows_out"), 297);
+    assert!(
+        run.stderr.contains("_rejects.parquet"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn injected_out_of_memory_rejects_only_rows_too_big_alone() {
+    const LIMIT: usize = 1000;
+    let dir = tmp();
+    let input = read_input(&sample());
+    let too_big: BTreeSet<&str> = input
+        .iter()
+        .filter(|r| r.n_segments.unwrap() > LIMIT)
+        .map(|r| r.id.as_str())
+        .collect();
+    assert!(
+        too_big.len() >= 4,
+        "the sample has rows over {LIMIT} segments"
+    );
+
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.max_segments = 4096;
+    pipeline
+        .model_extra
+        .push(format!("fault_oom_above_segments = {LIMIT}"));
+    let run = pipeline.run(&[]);
+    run.expect_code(3);
+    let out = &run.out_dir;
+    assert!(out.join("_SUCCESS").is_file());
+    let output = read_output(out);
+    let rejects = read_rejects(out);
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+
+    let rejected: BTreeSet<&str> = rejects.iter().map(|r| r.id.as_deref().unwrap()).collect();
+    let kinds: BTreeSet<&str> = rejects.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(
+        rejected,
+        too_big,
+        "rejected rows other than those over {LIMIT} segments: {:?}",
+        rejects
+            .iter()
+            .filter(|r| !too_big.contains(r.id.as_deref().unwrap()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(kinds, BTreeSet::from(["oom_single_row"]));
+    for reject in &rejects {
+        let row = &input[reject.source_row as usize];
+        assert_eq!(reject.id.as_deref(), Some(row.id.as_str()), "{reject:?}");
+        assert!(reject.reason.contains("out of memory"), "{reject:?}");
+    }
+    assert_same_predictions_as_baseline(&output);
+
+    let report = read_report(out);
+    assert!(report_u64(&report, "oom_events") > 0, "{report}");
+    assert!(
+        report_u64(&report, "final_max_segments") <= LIMIT as u64,
+        "{report}"
+    );
+    assert_eq!(
+        report_u64(&report, "oom_rejected_rows"),
+        too_big.len() as u64
+    );
+    assert_eq!(report_u64(&report, "rows_rejected"), too_big.len() as u64);
+    assert_eq!(
+        report_u64(&report, "rows_out"),
+        (input.len() - too_big.len()) as u64
+    );
+    for record in report["batch_records"].as_array().unwrap() {
+        assert!(
+            record["padded_segments"].as_u64().unwrap() <= LIMIT as u64,
+            "a batch over the injected limit reached the model: {record}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_exits_130_leaving_only_complete_parts() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(sample(), &out);
+    // Small batches: a few thousand forward passes, several seconds on CPU.
+    pipeline.max_segments = 64;
+    pipeline.max_rows = 16;
+    pipeline.batch_rows = 16;
+    pipeline.rows_per_file = Some(100);
+    let file = pipeline.write(&dir.path().join("pipeline.toml"));
+    let started = Instant::now();
+    let mut child = Command::new(bin())
+        .arg("run")
+        .arg(&file)
+        .env_remove("SEGPREDICT_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting segpredict");
+    // Signal once predictions are being written (the handler is installed
+    // long before), and at least a second in.
+    let deadline = started + Duration::from_secs(30);
+    loop {
+        let writing = list_dir(&out).iter().any(|p| {
+            let name = file_name(p);
+            name.starts_with(".part-") || name.starts_with("part-")
+        });
+        if (writing && started.elapsed() >= Duration::from_secs(1))
+            || Instant::now() > deadline
+            || child.try_wait().unwrap().is_some()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let finished_first = child.try_wait().unwrap().is_some();
+    if !finished_first {
+        let status = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success());
+    }
+    let signalled_at = started.elapsed();
+    let result = child.wait_with_output().expect("waiting for segpredict");
+    let code = result.status.code().unwrap_or(-1);
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+    let describe = format!(
+        "exit code {code} after {:?} (signal at {signalled_at:?})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        started.elapsed()
+    );
+
+    let files = list_dir(&out);
+    let leftovers: Vec<String> = files
+        .iter()
+        .map(|p| file_name(p))
+        .filter(|n| n.ends_with(".inprogress") || n.starts_with(".segpredict"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "temporary files left: {leftovers:?}\n{describe}"
+    );
+    let parts = part_files(&out);
+    let mut rows_in_parts = 0;
+    for part in &parts {
+        let batches = read_batches(part)
+            .unwrap_or_else(|e| panic!("a final-named part is not whole Parquet: {e}\n{describe}"));
+        rows_in_parts += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+    }
+    let output = read_output(&out);
+    by_id(&output);
+
+    if code == 130 {
+        assert!(
+            !out.join("_SUCCESS").exists(),
+            "an interrupted run is marked complete\n{describe}"
+        );
+        assert!(stderr.contains("interrupted"), "{describe}");
+        assert!(!stderr.contains("panicked"), "{describe}");
+        assert!(rows_in_parts < SAMPLE_ROWS, "{describe}");
+    } else {
+        // The run beat the signal: it must then be complete.
+        assert_eq!(code, 0, "expected exit code 130 after Ctrl-C\n{describe}");
+        assert!(out.join("_SUCCESS").is_file(), "{describe}");
+        assert_eq!(rows_in_parts, SAMPLE_ROWS, "{describe}");
+        eprintln!(
+            "note: the run finished before Ctrl-C took effect (finished before the signal: \
+             {finished_first}); only completeness was checked"
+        );
+    }
+}

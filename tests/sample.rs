@@ -1,0 +1,245 @@
+//! The sample run against the Python reference, the segment budget, and the
+//! command-line overrides.
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use crate::util::*;
+
+#[test]
+fn sample_matches_python_reference() {
+    let dir = tmp();
+    let reference_out = dir.path().join("reference.parquet");
+    // The reference runs while the baseline run does.
+    let reference = Command::new(python())
+        .arg(repo().join("tools/reference_predict.py"))
+        .arg("--model")
+        .arg(model())
+        .arg("--labels")
+        .arg(labels())
+        .arg("--input")
+        .arg(sample())
+        .arg("--output")
+        .arg(&reference_out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting tools/reference_predict.py");
+    let baseline = good_baseline();
+    let reference = reference
+        .wait_with_output()
+        .expect("waiting for the reference");
+    assert!(
+        reference.status.success(),
+        "reference_predict.py failed: {}",
+        String::from_utf8_lossy(&reference.stderr)
+    );
+
+    // Every input id exactly once, from the right row of the right file.
+    let input = read_input(&sample());
+    assert_eq!(input.len(), SAMPLE_ROWS);
+    assert_eq!(baseline.output.len(), SAMPLE_ROWS);
+    assert_each_id_once(
+        input.iter().map(|r| r.id.as_str()),
+        &baseline.output,
+        &baseline.rejects,
+    );
+    let row_of: HashMap<&str, usize> = input
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.id.as_str(), i))
+        .collect();
+    let label_names: Vec<String> = std::fs::read_to_string(labels())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    for row in &baseline.output {
+        assert_eq!(row.source_row, row_of[row.id.as_str()] as i64, "{row:?}");
+        assert!(
+            row.source_file.ends_with("sample_data/digits.parquet"),
+            "{row:?}"
+        );
+        assert_eq!(row.label, label_names[row.label_id as usize], "{row:?}");
+    }
+
+    // Same label as the reference on every row, scores within 1e-4.
+    let mut reference_rows: HashMap<String, (String, i32, f32)> = HashMap::new();
+    for batch in read_batches(&reference_out).unwrap() {
+        let ids = arrow::compute::cast(
+            batch.column_by_name("id").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let ids = arrow::array::AsArray::as_string::<i32>(&ids);
+        let labels =
+            arrow::array::AsArray::as_string::<i32>(batch.column_by_name("label").unwrap());
+        let label_ids = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int32Type>(
+            batch.column_by_name("label_id").unwrap(),
+        );
+        let scores = arrow::array::AsArray::as_primitive::<arrow::datatypes::Float32Type>(
+            batch.column_by_name("score").unwrap(),
+        );
+        for i in 0..batch.num_rows() {
+            reference_rows.insert(
+                ids.value(i).to_string(),
+                (
+                    labels.value(i).to_string(),
+                    label_ids.value(i),
+                    scores.value(i),
+                ),
+            );
+        }
+    }
+    assert_eq!(reference_rows.len(), SAMPLE_ROWS);
+    let mut differ = Vec::new();
+    for row in &baseline.output {
+        let (label, label_id, score) = &reference_rows[&row.id];
+        if &row.label != label || row.label_id != *label_id || (row.score - score).abs() > 1e-4 {
+            differ.push(format!(
+                "{}: {} {} {} vs reference {label} {label_id} {score}",
+                row.id, row.label, row.label_id, row.score
+            ));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} row(s) differ from the reference, e.g. {:?}",
+        differ.len(),
+        &differ[..differ.len().min(5)]
+    );
+
+    // Item accuracy against the sample's true labels.
+    let truth: HashMap<&str, &str> = input
+        .iter()
+        .map(|r| (r.id.as_str(), r.true_label.as_deref().unwrap()))
+        .collect();
+    let correct = baseline
+        .output
+        .iter()
+        .filter(|r| truth[r.id.as_str()] == r.label)
+        .count();
+    let accuracy = correct as f64 / SAMPLE_ROWS as f64;
+    assert!(accuracy >= 0.97, "item accuracy {accuracy}");
+
+    // The completion marker, an empty rejects file and the report.
+    assert!(
+        baseline.success_marker,
+        "no _SUCCESS in {:?}",
+        baseline.files
+    );
+    assert!(
+        baseline.files.iter().any(|f| f == "_rejects.parquet"),
+        "no _rejects.parquet in {:?}",
+        baseline.files
+    );
+    assert!(baseline.rejects.is_empty(), "{:?}", baseline.rejects);
+    assert!(
+        !baseline.files.iter().any(|f| f.ends_with(".inprogress")),
+        "temporary files left: {:?}",
+        baseline.files
+    );
+    let report = &baseline.report;
+    assert_eq!(report_u64(report, "rows_in"), SAMPLE_ROWS as u64);
+    assert_eq!(report_u64(report, "rows_out"), SAMPLE_ROWS as u64);
+    assert_eq!(report_u64(report, "rows_rejected"), 0);
+    assert!(
+        report.get("memory").is_none(),
+        "CPU report has a memory key: {}",
+        report["memory"]
+    );
+    let records = report["batch_records"].as_array().expect("batch_records");
+    assert_eq!(records.len() as u64, report_u64(report, "batches"));
+    for record in records {
+        assert!(
+            record.get("memory").is_none(),
+            "CPU batch record has a memory key: {record}"
+        );
+    }
+    let rows_in_batches: u64 = records.iter().map(|r| r["rows"].as_u64().unwrap()).sum();
+    assert_eq!(rows_in_batches, SAMPLE_ROWS as u64);
+}
+
+#[test]
+fn row_over_budget_is_predicted_alone_not_rejected() {
+    let dir = tmp();
+    let input_path = sample_subset(dir.path(), "subset.parquet", 300);
+    let input = read_input(&input_path);
+    let big = input.iter().filter(|r| r.n_segments.unwrap() > 256).count() as u64;
+    assert!(big >= 2, "the subset should hold rows over 256 segments");
+    let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    pipeline.max_segments = 256;
+    let output = run_clean(&pipeline, &ids_of(&input));
+    assert_same_predictions_as_baseline(&output);
+
+    let report = read_report(&dir.path().join("out"));
+    assert_eq!(report_u64(&report, "max_segments"), 256);
+    assert_eq!(report_u64(&report, "oversized_batches"), big);
+    let records = report["batch_records"].as_array().unwrap();
+    let mut oversized = 0;
+    for record in records {
+        let segments = record["segments"].as_u64().unwrap();
+        let padded = record["padded_segments"].as_u64().unwrap();
+        if record["flush_reason"] == "oversized" {
+            oversized += 1;
+            assert_eq!(
+                record["rows"], 1,
+                "an oversized batch holds one row: {record}"
+            );
+            assert!(segments > 256, "{record}");
+            assert_eq!(padded, segments, "an oversized row is not padded: {record}");
+        } else {
+            assert!(segments <= 256, "batch over the budget: {record}");
+            assert!(padded <= 256, "batch padded over the budget: {record}");
+        }
+    }
+    assert_eq!(oversized, big);
+}
+
+#[test]
+fn cli_overrides_input_output_and_max_segments() {
+    let dir = tmp();
+    sample_subset(dir.path(), "subset.parquet", 100);
+    let input = read_input(&dir.path().join("subset.parquet"));
+    // The file points elsewhere; the pipeline lives in a subfolder so a
+    // relative override resolved against it (not the working directory) fails.
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let file_output = dir.path().join("from-file");
+    let pipeline = Pipeline::new(dir.path().join("missing.parquet"), &file_output);
+    let file = pipeline.write(&conf.join("pipeline.toml"));
+    let out = dir.path().join("from-cli");
+    let run = run_command(
+        Command::new(bin())
+            .current_dir(dir.path())
+            .arg("run")
+            .arg(&file)
+            .args(["--input", "subset.parquet", "--output", "from-cli"])
+            .args(["--max-segments", "128"]),
+        &out,
+    );
+    run.expect_code(0);
+    assert!(
+        !file_output.exists(),
+        "the file's output directory was used"
+    );
+    assert!(out.join("_SUCCESS").is_file());
+    let output = read_output(&out);
+    let rejects = read_rejects(&out);
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    assert!(rejects.is_empty());
+    assert_same_predictions_as_baseline(&output);
+    for row in &output {
+        assert!(row.source_file.ends_with("subset.parquet"), "{row:?}");
+    }
+    let report = read_report(&out);
+    assert_eq!(report_u64(&report, "max_segments"), 128);
+    for record in report["batch_records"].as_array().unwrap() {
+        if record["flush_reason"] != "oversized" {
+            assert!(
+                record["padded_segments"].as_u64().unwrap() <= 128,
+                "{record}"
+            );
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Integration tests: the real `segpredict` binary on real Parquet files.
+//!
+//! * `sample`: the sample against the Python reference, the segment budget,
+//!   and the command-line overrides.
+//! * `inputs`: files written by pyarrow, DuckDB and Polars in the layouts the
+//!   reader accepts; several files; empty files.
+//! * `errors`: each failure is exit code 1 and one line naming its cause.
+//! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
+//!
+//! Input variants are made by `tests/fixtures.py` with the venv's Python.
+
+mod util;
+
+mod errors;
+mod inputs;
+mod recovery;
+mod sample;

@@ -1,0 +1,637 @@
+//! Shared helpers: pipeline files, running the real binary, reading its
+//! Parquet output, and input variants made by `tests/fixtures.py`.
+
+#![allow(dead_code)] // each test module uses a different subset
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float32Type, Int32Type, Int64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tempfile::TempDir;
+
+pub const SAMPLE_ROWS: usize = 2000;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn sample() -> PathBuf {
+    repo().join("sample_data/digits.parquet")
+}
+
+pub fn model() -> PathBuf {
+    repo().join("models/digits-small.pt")
+}
+
+pub fn labels() -> PathBuf {
+    repo().join("models/digits-small.labels.txt")
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_segpredict")
+}
+
+/// The venv's Python: `$VIRTUAL_ENV/bin/python`, else the repo's `.venv`.
+pub fn python() -> PathBuf {
+    let from_env = std::env::var_os("VIRTUAL_ENV")
+        .map(|v| PathBuf::from(v).join("bin/python"))
+        .filter(|p| p.is_file());
+    from_env.unwrap_or_else(|| repo().join(".venv/bin/python"))
+}
+
+pub fn tmp() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("segpredict-it-")
+        .tempdir()
+        .expect("creating a temporary directory")
+}
+
+/// Runs `tests/fixtures.py COMMAND input out [args]`; panics with its stderr on failure.
+/// Returns its stdout.
+pub fn fixture(command: &str, input: &Path, out: &Path, args: &[&str]) -> String {
+    let output = Command::new(python())
+        .arg(repo().join("tests/fixtures.py"))
+        .arg(command)
+        .arg(input)
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("running tests/fixtures.py");
+    assert!(
+        output.status.success(),
+        "fixtures.py {command} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The first `rows` rows of the sample, written by pyarrow to `dir/name`.
+pub fn sample_subset(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let out = dir.join(name);
+    fixture("subset", &sample(), &out, &["--rows", &rows.to_string()]);
+    out
+}
+
+/// A pipeline file's parameters; `toml()` renders it with the sample's columns.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub model: PathBuf,
+    pub id_column: String,
+    pub segments_column: String,
+    pub reader_threads: usize,
+    pub batch_rows: usize,
+    pub max_segments: usize,
+    pub max_rows: usize,
+    pub writer_threads: usize,
+    pub rows_per_file: Option<usize>,
+    pub overwrite: bool,
+    /// Raw lines added to `[model]`, e.g. `fault_oom_above_segments = 1000`.
+    pub model_extra: Vec<String>,
+    /// Raw lines added to `[bucketing]`.
+    pub bucketing_extra: Vec<String>,
+}
+
+impl Pipeline {
+    /// The sample's settings (pipelines/sample.toml) on CPU, reading `input`
+    /// and writing into `output`.
+    pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> Self {
+        Self {
+            input: input.into(),
+            output: output.into(),
+            model: model(),
+            id_column: "id".into(),
+            segments_column: "segments".into(),
+            reader_threads: 0,
+            batch_rows: 1024,
+            max_segments: 4096,
+            max_rows: 1024,
+            writer_threads: 2,
+            rows_per_file: None,
+            overwrite: false,
+            model_extra: Vec::new(),
+            bucketing_extra: Vec::new(),
+        }
+    }
+
+    pub fn toml(&self) -> String {
+        let q = |p: &Path| toml_string(&p.display().to_string());
+        let mut t = String::new();
+        t += "[readers]\n";
+        t += &format!("path = {}\n", q(&self.input));
+        t += &format!("threads = {}\n", self.reader_threads);
+        t += &format!("batch_rows = {}\n\n", self.batch_rows);
+        t += "[readers.columns]\n";
+        t += &format!("id = {}\n", toml_string(&self.id_column));
+        t += &format!(
+            "segments = {{ name = {}, dtype = \"u8\", shape = [1, 8, 8] }}\n",
+            toml_string(&self.segments_column)
+        );
+        t += "extras = [{ name = \"tags\", kind = \"ragged\" }]\n\n";
+        t += "[bucketing]\n";
+        t += &format!("max_segments = {}\n", self.max_segments);
+        t += &format!("max_rows = {}\n", self.max_rows);
+        t += "max_held_rows = 16384\npad_to_size_classes = true\n";
+        for line in &self.bucketing_extra {
+            t += line;
+            t += "\n";
+        }
+        t += "\n[model]\n";
+        t += &format!("path = {}\n", q(&self.model));
+        t += &format!("labels = {}\n", q(&labels()));
+        t += "device = \"cpu\"\ndtype = \"f32\"\n";
+        for line in &self.model_extra {
+            t += line;
+            t += "\n";
+        }
+        t += "\n[writers]\n";
+        t += &format!("dir = {}\n", q(&self.output));
+        t += &format!("threads = {}\n", self.writer_threads);
+        if let Some(n) = self.rows_per_file {
+            t += &format!("rows_per_file = {n}\n");
+        }
+        t += &format!("overwrite = {}\n", self.overwrite);
+        t
+    }
+
+    /// Writes the pipeline file to `path`.
+    pub fn write(&self, path: &Path) -> PathBuf {
+        std::fs::write(path, self.toml()).expect("writing the pipeline file");
+        path.to_path_buf()
+    }
+
+    /// Writes `pipeline.toml` beside the output directory and runs
+    /// `segpredict run` on it with `args` appended.
+    pub fn run(&self, args: &[&str]) -> RunResult {
+        let parent = self.output.parent().expect("the output has a parent");
+        let file = self.write(&parent.join(format!(
+            "pipeline-{}.toml",
+            self.output.file_name().unwrap_or_default().to_string_lossy()
+        )));
+        run_file(&file, args, &self.output)
+    }
+}
+
+/// A TOML basic string.
+pub fn toml_string(s: &str) -> String {
+    let escaped = s.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"{escaped}\"")
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    /// The exit code; -1 when the process died of a signal.
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// Where the output is expected (the pipeline's `[writers] dir`).
+    pub out_dir: PathBuf,
+}
+
+impl RunResult {
+    pub fn describe(&self) -> String {
+        format!(
+            "exit code {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// Panics with the run's output unless it exited with `code`.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, code, "unexpected exit code: {}", self.describe());
+        self
+    }
+}
+
+pub fn run_file(pipeline: &Path, args: &[&str], out_dir: &Path) -> RunResult {
+    run_command(
+        Command::new(bin()).arg("run").arg(pipeline).args(args),
+        out_dir,
+    )
+}
+
+pub fn run_command(command: &mut Command, out_dir: &Path) -> RunResult {
+    let output: Output = command
+        .env_remove("SEGPREDICT_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("starting segpredict");
+    RunResult {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        out_dir: out_dir.to_path_buf(),
+    }
+}
+
+/// One row of the output part files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutRow {
+    pub id: String,
+    pub label: String,
+    pub label_id: i32,
+    pub score: f32,
+    pub source_file: String,
+    pub source_row: i64,
+}
+
+/// One row of `_rejects.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RejectRow {
+    pub id: Option<String>,
+    pub source_file: String,
+    pub source_row: i64,
+    pub kind: String,
+    pub reason: String,
+}
+
+/// All record batches of a Parquet file.
+pub fn read_batches(path: &Path) -> Result<Vec<RecordBatch>, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn column(batch: &RecordBatch, name: &str) -> ArrayRef {
+    batch
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("column `{name}` missing from {:?}", batch.schema()))
+        .clone()
+}
+
+/// A column of any string-like or integer type, as strings.
+fn strings(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
+    let utf8 = cast(&column(batch, name), &DataType::Utf8).expect("casting to utf8");
+    let a = utf8.as_string::<i32>();
+    (0..a.len())
+        .map(|i| a.is_valid(i).then(|| a.value(i).to_string()))
+        .collect()
+}
+
+fn ints64(batch: &RecordBatch, name: &str) -> Vec<i64> {
+    let a = cast(&column(batch, name), &DataType::Int64).expect("casting to int64");
+    a.as_primitive::<Int64Type>().values().to_vec()
+}
+
+/// The final-named part files (`part-*.parquet`) of an output directory, sorted.
+pub fn part_files(dir: &Path) -> Vec<PathBuf> {
+    let mut parts: Vec<PathBuf> = list_dir(dir)
+        .into_iter()
+        .filter(|p| {
+            let name = file_name(p);
+            name.starts_with("part-") && name.ends_with(".parquet")
+        })
+        .collect();
+    parts.sort();
+    parts
+}
+
+pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Every row of every output part file.
+pub fn read_output(dir: &Path) -> Vec<OutRow> {
+    let mut rows = Vec::new();
+    for part in part_files(dir) {
+        for batch in read_batches(&part).unwrap_or_else(|e| panic!("{e}")) {
+            let ids = strings(&batch, "id");
+            let labels = strings(&batch, "label");
+            let label_ids = column(&batch, "label_id");
+            let label_ids = label_ids.as_primitive::<Int32Type>();
+            let scores = column(&batch, "score");
+            let scores = scores.as_primitive::<Float32Type>();
+            let files = strings(&batch, "source_file");
+            let source_rows = ints64(&batch, "source_row");
+            for i in 0..batch.num_rows() {
+                rows.push(OutRow {
+                    id: ids[i].clone().expect("output id is null"),
+                    label: labels[i].clone().expect("output label is null"),
+                    label_id: label_ids.value(i),
+                    score: scores.value(i),
+                    source_file: files[i].clone().expect("source_file is null"),
+                    source_row: source_rows[i],
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// Every row of `_rejects.parquet` (which every completed run writes).
+pub fn read_rejects(dir: &Path) -> Vec<RejectRow> {
+    let path = dir.join("_rejects.parquet");
+    let mut rows = Vec::new();
+    for batch in read_batches(&path).unwrap_or_else(|e| panic!("{e}")) {
+        let ids = strings(&batch, "id");
+        let files = strings(&batch, "source_file");
+        let source_rows = ints64(&batch, "source_row");
+        let kinds = strings(&batch, "kind");
+        let reasons = strings(&batch, "reason");
+        for i in 0..batch.num_rows() {
+            rows.push(RejectRow {
+                id: ids[i].clone(),
+                source_file: files[i].clone().expect("reject source_file is null"),
+                source_row: source_rows[i],
+                kind: kinds[i].clone().expect("reject kind is null"),
+                reason: reasons[i].clone().expect("reject reason is null"),
+            });
+        }
+    }
+    rows
+}
+
+pub fn read_report(dir: &Path) -> serde_json::Value {
+    let path = dir.join("_report.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+pub fn report_u64(report: &serde_json::Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("_report.json has no integer `{key}`: {report}"))
+}
+
+/// One input row as the tests need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRow {
+    pub id: String,
+    /// None for a null segments list.
+    pub n_segments: Option<usize>,
+    pub true_label: Option<String>,
+}
+
+/// The rows of an input Parquet file, in file order.
+pub fn read_input(path: &Path) -> Vec<InputRow> {
+    let mut rows = Vec::new();
+    for batch in read_batches(path).unwrap_or_else(|e| panic!("{e}")) {
+        let ids = strings(&batch, "id");
+        let segments = column(&batch, "segments");
+        let counts: Vec<Option<usize>> = match segments.data_type() {
+            DataType::List(_) => {
+                let l = segments.as_list::<i32>();
+                (0..l.len())
+                    .map(|i| l.is_valid(i).then(|| l.value_length(i) as usize))
+                    .collect()
+            }
+            DataType::LargeList(_) => {
+                let l = segments.as_list::<i64>();
+                (0..l.len())
+                    .map(|i| l.is_valid(i).then(|| l.value_length(i) as usize))
+                    .collect()
+            }
+            other => panic!("segments column of type {other}"),
+        };
+        let truth = batch
+            .schema()
+            .index_of("true_label")
+            .ok()
+            .map(|_| strings(&batch, "true_label"));
+        for i in 0..batch.num_rows() {
+            rows.push(InputRow {
+                id: ids[i].clone().expect("input id is null"),
+                n_segments: counts[i],
+                true_label: truth.as_ref().and_then(|t| t[i].clone()),
+            });
+        }
+    }
+    rows
+}
+
+/// The output rows by id; panics on an id that appears twice.
+pub fn by_id(rows: &[OutRow]) -> HashMap<&str, &OutRow> {
+    let mut map = HashMap::with_capacity(rows.len());
+    for row in rows {
+        assert!(
+            map.insert(row.id.as_str(), row).is_none(),
+            "id {} appears more than once in the output",
+            row.id
+        );
+    }
+    map
+}
+
+/// Every input id appears exactly once across output and rejects, and nothing else does.
+pub fn assert_each_id_once<'a>(
+    input_ids: impl IntoIterator<Item = &'a str>,
+    output: &[OutRow],
+    rejects: &[RejectRow],
+) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for id in output.iter().map(|r| r.id.as_str()).chain(
+        rejects
+            .iter()
+            .map(|r| r.id.as_deref().expect("a reject without an id")),
+    ) {
+        *seen.entry(id).or_default() += 1;
+    }
+    let mut expected: Vec<&str> = input_ids.into_iter().collect();
+    expected.sort_unstable();
+    let mut duplicated: Vec<(&str, usize)> = seen
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(&id, &n)| (id, n))
+        .collect();
+    duplicated.sort_unstable();
+    assert!(
+        duplicated.is_empty(),
+        "ids seen more than once: {duplicated:?}"
+    );
+    let mut got: Vec<&str> = seen.keys().copied().collect();
+    got.sort_unstable();
+    let missing: Vec<&&str> = expected
+        .iter()
+        .filter(|id| !seen.contains_key(*id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} input ids missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(
+        got, expected,
+        "output + rejects hold ids that are not in the input"
+    );
+}
+
+/// The lines of stderr that are not tracing log lines.
+pub fn error_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !is_log_line(l))
+        .collect()
+}
+
+fn is_log_line(line: &str) -> bool {
+    // tracing-subscriber's fmt: "<timestamp>  WARN target: message", maybe with ANSI colours.
+    let plain: String = strip_ansi(line);
+    let mut words = plain.split_whitespace();
+    let _timestamp = words.next();
+    matches!(words.next(), Some("WARN" | "INFO" | "DEBUG" | "TRACE"))
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Checks a failed run: exit code 1, one error line on stderr (log lines
+/// aside), no panic; returns that line.
+pub fn expect_one_line_error(run: &RunResult) -> String {
+    assert_eq!(run.code, 1, "expected exit code 1: {}", run.describe());
+    for needle in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
+        assert!(
+            !run.stderr.contains(needle),
+            "stderr shows a panic ({needle}): {}",
+            run.describe()
+        );
+    }
+    let lines = error_lines(&run.stderr);
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one error line on stderr: {}",
+        run.describe()
+    );
+    lines[0].to_string()
+}
+
+/// A normal run of the whole sample, shared by the tests that compare
+/// against it: the outputs are read into memory and the directory removed.
+pub struct Baseline {
+    pub run: RunResult,
+    pub output: Vec<OutRow>,
+    pub rejects: Vec<RejectRow>,
+    pub report: serde_json::Value,
+    pub success_marker: bool,
+    pub files: Vec<String>,
+}
+
+impl Baseline {
+    /// (label_id, score) by id.
+    pub fn predictions(&self) -> HashMap<&str, (i32, f32)> {
+        self.output
+            .iter()
+            .map(|r| (r.id.as_str(), (r.label_id, r.score)))
+            .collect()
+    }
+}
+
+pub fn baseline() -> &'static Baseline {
+    static BASELINE: OnceLock<Baseline> = OnceLock::new();
+    BASELINE.get_or_init(|| {
+        let dir = tmp();
+        let out = dir.path().join("out");
+        let run = Pipeline::new(sample(), &out).run(&[]);
+        let success_marker = out.join("_SUCCESS").is_file();
+        let files = list_dir(&out).iter().map(|p| file_name(p)).collect();
+        let (output, rejects, report) = if run.code == 0 {
+            (read_output(&out), read_rejects(&out), read_report(&out))
+        } else {
+            (Vec::new(), Vec::new(), serde_json::Value::Null)
+        };
+        Baseline {
+            run,
+            output,
+            rejects,
+            report,
+            success_marker,
+            files,
+        }
+    })
+}
+
+/// The baseline, checked to be a clean run of the whole sample.
+pub fn good_baseline() -> &'static Baseline {
+    let b = baseline();
+    assert_eq!(
+        b.run.code,
+        0,
+        "the baseline run failed: {}",
+        b.run.describe()
+    );
+    assert_eq!(b.output.len(), SAMPLE_ROWS, "baseline output rows");
+    b
+}
+
+/// Asserts each output row has the baseline's label id (and a score within
+/// `1e-4`) for its id.
+pub fn assert_same_predictions_as_baseline(output: &[OutRow]) {
+    let baseline = good_baseline().predictions();
+    let mut differ = Vec::new();
+    for row in output {
+        let &(label_id, score) = baseline
+            .get(row.id.as_str())
+            .unwrap_or_else(|| panic!("id {} is not in the sample", row.id));
+        if row.label_id != label_id || (row.score - score).abs() > 1e-4 {
+            differ.push(format!(
+                "{}: label_id {} score {} (baseline {label_id} {score})",
+                row.id, row.label_id, row.score
+            ));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} row(s) differ from the baseline run, e.g. {:?}",
+        differ.len(),
+        &differ[..differ.len().min(5)]
+    );
+}
+
+/// Runs `pipeline` expecting success with no rejects; returns the output rows
+/// after checking each input id appears exactly once.
+pub fn run_clean(pipeline: &Pipeline, input_ids: &[String]) -> Vec<OutRow> {
+    let run = pipeline.run(&[]);
+    run.expect_code(0);
+    let output = read_output(&run.out_dir);
+    let rejects = read_rejects(&run.out_dir);
+    assert!(rejects.is_empty(), "unexpected rejects: {rejects:?}");
+    assert_each_id_once(input_ids.iter().map(String::as_str), &output, &rejects);
+    assert!(run.out_dir.join("_SUCCESS").is_file(), "no _SUCCESS");
+    output
+}
+
+pub fn ids_of(rows: &[InputRow]) -> Vec<String> {
+    rows.iter().map(|r| r.id.clone()).collect()
+}
+
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
