@@ -5,6 +5,7 @@
 // catches all C++ exceptions: an exception crossing into Rust is undefined
 // behaviour, and "no accelerator" must be an ordinary answer, not a crash.
 #include <ATen/DeviceAccelerator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <cstdint>
@@ -85,6 +86,21 @@ int seg_empty_cache(char* err, size_t err_len) {
     copy_error("unknown C++ exception", err, err_len);
     return 2;
   }
+}
+
+// Enters inference mode on the calling thread until the returned guard is
+// released with seg_inference_mode_exit on that same thread. tch binds only
+// no_grad; inference mode also skips version counters and view tracking.
+void* seg_inference_mode_enter() {
+  try {
+    return new c10::InferenceMode(true);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void seg_inference_mode_exit(void* guard) {
+  delete static_cast<c10::InferenceMode*>(guard);
 }
 
 }  // extern "C"

@@ -64,6 +64,7 @@ segpredict_case() { # NAME PIPELINE OUTDIR [ARGS...]
   if [ -f "$dir/_report.json" ]; then cp "$dir/_report.json" "$RUNS/$name.json"; check_ids "$name" "$dir"; fi
 }
 segpredict_case segpredict-budget $P/seed-budget.toml "$WORK/sp-budget"
+segpredict_case segpredict-budget-cudnn-benchmark $P/seed-budget-cudnn.toml "$WORK/sp-budget-cudnn"
 if [ "$DEVICE" != cpu ]; then
   segpredict_case segpredict-auto $P/seed-budget.toml "$WORK/sp-auto" --gpu-memory "$TARGET"
 fi

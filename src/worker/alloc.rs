@@ -30,6 +30,33 @@ extern "C" {
     ) -> c_int;
     fn seg_reset_peak_stats(device_index: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn seg_empty_cache(err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_inference_mode_enter() -> *mut std::ffi::c_void;
+    fn seg_inference_mode_exit(guard: *mut std::ffi::c_void);
+}
+
+/// libtorch's inference mode on this thread while the guard lives. Not
+/// `Send`: it must be dropped on the thread that made it.
+pub struct InferenceModeGuard {
+    guard: *mut std::ffi::c_void,
+}
+
+impl InferenceModeGuard {
+    pub fn enter() -> Self {
+        // SAFETY: the shim returns a heap guard or null, never throws.
+        Self {
+            guard: unsafe { seg_inference_mode_enter() },
+        }
+    }
+}
+
+impl Drop for InferenceModeGuard {
+    fn drop(&mut self) {
+        if !self.guard.is_null() {
+            // SAFETY: made by seg_inference_mode_enter on this thread (the
+            // raw pointer keeps the type !Send) and released once.
+            unsafe { seg_inference_mode_exit(self.guard) }
+        }
+    }
 }
 
 /// Device memory after one batch, in bytes; peaks are since the previous batch.
