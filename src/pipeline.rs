@@ -66,14 +66,7 @@ pub fn run(
     let plan = config.readers.plan()?;
     let labels = Arc::new(worker::load_labels(&config.model.labels)?);
     let device = worker::choose_device(&config.model.device)?;
-    let cudnn_benchmark = device.is_cuda()
-        && config
-            .model
-            .cudnn_benchmark
-            .unwrap_or(config.bucketing.pad_to_size_classes);
-    if device.is_cuda() {
-        tch::Cuda::cudnn_set_benchmark(cudnn_benchmark);
-    }
+    let cudnn_benchmark = set_cudnn_benchmark(config, device)?;
     let inputs = config.readers.columns.input_spec();
     let model = Worker::new(&config.model, device, &inputs, labels.len())?;
     let mut config = config.clone();
@@ -138,20 +131,29 @@ fn calibrate_budget(
     Ok(calibration)
 }
 
+/// cuDNN benchmark mode re-tunes for every new input shape, so it is allowed
+/// only when padding bounds the shapes; it is off unless asked for, since on
+/// the H200 the default algorithms were faster for the seed's convs (710K vs
+/// 620K segments/s) and reserved less (benches/gpu/RESULTS.md).
+fn set_cudnn_benchmark(config: &PipelineConfig, device: tch::Device) -> Result<bool> {
+    let wanted = config.model.cudnn_benchmark;
+    if wanted && !config.bucketing.pad_to_size_classes {
+        bail!("cudnn_benchmark = true needs pad_to_size_classes = true: unpadded, every batch is a new shape and re-tunes");
+    }
+    let on = wanted && device.is_cuda();
+    if device.is_cuda() {
+        tch::Cuda::cudnn_set_benchmark(on);
+    }
+    Ok(on)
+}
+
 /// `segpredict calibrate`: load the model on the pipeline's device and
 /// measure it against `gpu_memory`.
 pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibration> {
     let target = parse_size(gpu_memory)?;
     let labels = worker::load_labels(&config.model.labels)?;
     let device = worker::choose_device(&config.model.device)?;
-    if device.is_cuda() {
-        tch::Cuda::cudnn_set_benchmark(
-            config
-                .model
-                .cudnn_benchmark
-                .unwrap_or(config.bucketing.pad_to_size_classes),
-        );
-    }
+    set_cudnn_benchmark(config, device)?;
     let inputs = config.readers.columns.input_spec();
     let model = Worker::new(&config.model, device, &inputs, labels.len())?;
     Ok(model.calibrate(&inputs, target)?)
@@ -391,6 +393,9 @@ fn finish_run(
     report
         .write_json(dir)
         .with_context(|| format!("writing {}", dir.join("_report.json").display()))?;
+    report
+        .write_svg(dir)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.join("_report.svg").display()))?;
     writer::write_success(dir)?;
     Ok(RunOutcome { report })
 }

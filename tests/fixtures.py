@@ -154,6 +154,11 @@ def cmd_tags(a, t):
     pq.write_table(replace(t, "tags", pa.array(rows, type=tags.type)), a.out)
 
 
+def cmd_take(a, t):
+    """The rows at --indices (comma-separated), in that order."""
+    pq.write_table(t.take([int(i) for i in a.indices.split(",")]), a.out)
+
+
 def cmd_empty(a, t):
     pq.write_table(t.slice(0, 0), a.out)
 
@@ -172,6 +177,7 @@ COMMANDS = {
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
     "empty": cmd_empty,
+    "take": cmd_take,
 }
 
 
@@ -185,6 +191,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="")
     ap.add_argument("--every", type=int, default=7)
     ap.add_argument("--empty", action="store_true")
+    ap.add_argument("--indices", default="")
     a = ap.parse_args()
     COMMANDS[a.command](a, load(a.input, a.rows))
 

@@ -145,10 +145,7 @@ fn ctrl_c_exits_130_leaving_only_complete_parts() {
     pipeline.rows_per_file = Some(100);
     let file = pipeline.write(&dir.path().join("pipeline.toml"));
     let started = Instant::now();
-    let mut child = Command::new(bin())
-        .arg("run")
-        .arg(&file)
-        .env_remove("SEGPREDICT_LOG")
+    let mut child = quiet_env(Command::new(bin()).arg("run").arg(&file))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -214,7 +211,6 @@ fn ctrl_c_exits_130_leaving_only_complete_parts() {
         );
         assert!(stderr.contains("interrupted"), "{describe}");
         assert!(!stderr.contains("panicked"), "{describe}");
-        assert!(rows_in_parts < SAMPLE_ROWS, "{describe}");
     } else {
         // The run beat the signal: it must then be complete.
         assert_eq!(code, 0, "expected exit code 130 after Ctrl-C\n{describe}");
@@ -225,4 +221,62 @@ fn ctrl_c_exits_130_leaving_only_complete_parts() {
              {finished_first}); only completeness was checked"
         );
     }
+}
+
+/// A row that fits under the memory limit on its own must not be rejected
+/// just because its batch was padded past the limit: alone, it runs unpadded.
+#[test]
+fn injected_out_of_memory_does_not_reject_a_lone_row_that_fits_unpadded() {
+    const LIMIT: usize = 1000;
+    let dir = tmp();
+    let sample_rows = read_input(&sample());
+    // The largest row within the limit whose size class (1024 under the
+    // default ladder for 4096: 256, 512, 1024, ...) is over it.
+    let (index, row) = sample_rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| (513..=LIMIT).contains(&r.n_segments.unwrap()))
+        .max_by_key(|(_, r)| r.n_segments)
+        .expect("the sample has a row of 513..=1000 segments");
+    let input_path = dir.path().join("one-row.parquet");
+    fixture(
+        "take",
+        &sample(),
+        &input_path,
+        &["--indices", &index.to_string()],
+    );
+
+    let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    pipeline.max_segments = 4096;
+    pipeline
+        .model_extra
+        .push(format!("fault_oom_above_segments = {LIMIT}"));
+    let run = pipeline.run(&[]);
+    let out = &run.out_dir;
+    let rejects = if out.join("_rejects.parquet").is_file() {
+        read_rejects(out)
+    } else {
+        Vec::new()
+    };
+    assert!(
+        rejects.is_empty(),
+        "a row of {} segments (<= {LIMIT}) was rejected: {rejects:?}\n{}",
+        row.n_segments.unwrap(),
+        run.describe()
+    );
+    run.expect_code(0);
+    let output = read_output(out);
+    assert_each_id_once([row.id.as_str()], &output, &rejects);
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    let classes: Vec<u64> = report["size_classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert!(
+        classes.contains(&1024),
+        "the scenario needs the 1024 size class: {classes:?}"
+    );
 }

@@ -1,5 +1,8 @@
 //! The run report: `_report.json` with one record per batch and the totals,
-//! and the short summary a person reads at the end of a run.
+//! `_report.svg` plotting them, and the short summary a person reads at the
+//! end of a run.
+
+mod plot;
 
 use std::path::Path;
 
@@ -123,11 +126,22 @@ impl RunReport {
         std::fs::rename(temp, dir.join("_report.json"))
     }
 
+    /// Writes `_report.svg`: memory and segments per batch.
+    pub fn write_svg(&self, dir: &Path) -> Result<(), String> {
+        let temp = dir.join("._report.svg.inprogress");
+        let title = format!(
+            "segpredict: {} rows, {} batches on {} ({}), strategy {}",
+            self.rows_in, self.batches, self.device, self.model_dtype, self.strategy
+        );
+        plot::write_svg(&temp, &title, &self.batch_records)?;
+        std::fs::rename(temp, dir.join("_report.svg")).map_err(|e| e.to_string())
+    }
+
     /// A few lines for the terminal.
     pub fn summary(&self) -> String {
         let mut s = format!(
             "{} rows in, {} predicted, {} rejected, from {} file(s) on {} ({})\n\
-             {} batches, {} segments ({} padding), budget {} segments{}\n\
+             {} batches, {} segments ({} padding), {}{}\n\
              {:.1} s: {:.0} rows/s, {:.0} segments/s; busy s: readers {:.2}, bucketing {:.2}, model {:.2}, writers {:.2}\n",
             self.rows_in,
             self.rows_out,
@@ -138,7 +152,11 @@ impl RunReport {
             self.batches,
             self.segments,
             self.padded_segments.saturating_sub(self.segments),
-            self.max_segments,
+            if self.strategy == "Rows" {
+                "fixed rows per batch (no segment budget)".to_string()
+            } else {
+                format!("budget {} segments", self.final_max_segments)
+            },
             if self.oversized_batches > 0 {
                 format!(", {} oversized row(s) ran alone", self.oversized_batches)
             } else {

@@ -37,10 +37,13 @@ pub struct ModelConfig {
     /// bf16 halves memory and is much faster on recent GPUs; on CPU it is slow.
     #[serde(default)]
     pub dtype: ModelDtype,
-    /// cuDNN benchmark mode. Default: on exactly when batches are padded to
-    /// size classes on CUDA. With a new shape every batch it re-tunes every
-    /// batch (17x slower in our measurements), so it is never on unpadded.
-    pub cudnn_benchmark: Option<bool>,
+    /// cuDNN benchmark mode: time every conv algorithm once per input shape
+    /// and keep the fastest. Default false. Allowed only with
+    /// `pad_to_size_classes` (a bounded set of shapes): with a new shape every
+    /// batch it re-tunes every batch (17x slower in plain PyTorch). On the
+    /// H200 the seed's convs ran faster without it.
+    #[serde(default)]
+    pub cudnn_benchmark: bool,
     /// `PYTORCH_ALLOC_CONF` for the run, unless the environment already sets
     /// it. Default `expandable_segments:True`, which lets reserved memory
     /// track allocated memory instead of ratcheting.
@@ -50,6 +53,12 @@ pub struct ModelConfig {
     /// Default true. When false, an out-of-memory ends the run.
     #[serde(default = "default_true")]
     pub oom_recovery: bool,
+    /// TorchScript's profiling executor, which specialises the graph to the
+    /// shapes it has seen. Default true (libtorch's default). Batches whose
+    /// row count varies can make it re-profile; turning it off uses the
+    /// simple executor.
+    #[serde(default = "default_true")]
+    pub jit_profiling: bool,
     /// Testing aid: report a synthetic out-of-memory for every forward pass
     /// over more than this many (padded) segments, so recovery can be tested
     /// without a GPU. Default: none.
@@ -194,6 +203,12 @@ impl Worker {
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
+        tch::jit::f_set_profiling_mode(config.jit_profiling).map_err(|e| {
+            WorkerError::ModelLoad {
+                path: config.path.clone(),
+                message: e.to_string(),
+            }
+        })?;
         let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
         Ok(Self {
             model,
@@ -211,7 +226,11 @@ impl Worker {
         budget: &AtomicUsize,
         cancel: &AtomicBool,
     ) -> Result<WorkerReport, WorkerError> {
+        // Inference mode is no-grad and more: no version counters or view
+        // tracking for the tensors made here. Entered on this thread, which
+        // owns the model.
         let _no_grad = tch::no_grad_guard();
+        let _inference = alloc::InferenceModeGuard::enter();
         let mut report = WorkerReport::default();
         for batch in batches {
             if cancel.load(Ordering::Relaxed) {
@@ -281,23 +300,32 @@ impl Worker {
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
         alloc::empty_cache().map_err(WorkerError::Stats)?;
-        let lowered = (batch.n_segments / 2).max(1);
-        if budget.fetch_min(lowered, Ordering::Relaxed) > lowered {
+        // Padding is the cheapest thing to give up: a lone row is retried
+        // unpadded before it is rejected; a batch is split in halves.
+        let retry_size = match batch.rows.len() {
+            1 => batch.n_segments,
+            _ => (batch.n_segments / 2).max(1),
+        };
+        if budget.fetch_min(retry_size, Ordering::Relaxed) > retry_size {
             report.budget_lowered_to = Some(budget.load(Ordering::Relaxed));
         }
         tracing::warn!(
             seq = batch.seq,
             rows = batch.rows.len(),
             segments = batch.n_segments,
+            padded_segments = batch.padded_segments,
             budget = budget.load(Ordering::Relaxed),
-            "out of memory; splitting the batch and lowering the segment budget"
+            "out of memory; retrying smaller and lowering the segment budget"
         );
         match split_in_half(batch) {
-            Ok((first, second)) => {
+            Split::Halves(first, second) => {
                 Ok(self.run_batch(first, split_depth + 1, out, budget, report)?
                     && self.run_batch(second, split_depth + 1, out, budget, report)?)
             }
-            Err(lone) => {
+            Split::Lone(lone) if lone.padded_segments > lone.n_segments => {
+                self.run_batch(unpadded(lone), split_depth + 1, out, budget, report)
+            }
+            Split::Lone(lone) => {
                 report.oom_rejects += 1;
                 let rejects = lone
                     .rows
@@ -366,11 +394,27 @@ fn model_error_line(e: &tch::TchError) -> String {
         .to_string()
 }
 
+/// A batch split for out-of-memory recovery.
+pub enum Split {
+    Halves(Batch, Batch),
+    /// One row cannot be split.
+    Lone(Batch),
+}
+
+/// The batch without its padding segments.
+fn unpadded(mut batch: Batch) -> Batch {
+    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
+    batch.segments.truncate(batch.n_segments * segment_bytes);
+    batch.padded_segments = batch.n_segments;
+    batch.flush_reason = "oom_unpadded";
+    batch
+}
+
 /// Splits a batch into two halves of about equal segments (unpadded: this is
-/// the rare recovery path). A batch of one row cannot be split and comes back.
-pub fn split_in_half(batch: Batch) -> Result<(Batch, Batch), Batch> {
+/// the rare recovery path).
+pub fn split_in_half(batch: Batch) -> Split {
     if batch.rows.len() < 2 {
-        return Err(batch);
+        return Split::Lone(batch);
     }
     let cut = half_point(&batch.segment_counts);
     let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
@@ -411,7 +455,7 @@ pub fn split_in_half(batch: Batch) -> Result<(Batch, Batch), Batch> {
         extras: second_extras,
         flush_reason: "oom_split",
     };
-    Ok((first, second))
+    Split::Halves(first, second)
 }
 
 /// The row index where the running segment total first reaches half, kept

@@ -171,7 +171,13 @@ impl Pipeline {
     /// Writes `pipeline.toml` beside the output directory and runs
     /// `segpredict run` on it with `args` appended.
     pub fn run(&self, args: &[&str]) -> RunResult {
-        let parent = self.output.parent().expect("the output has a parent");
+        // Beside the output directory, or the nearest folder above it.
+        let parent = self
+            .output
+            .ancestors()
+            .skip(1)
+            .find(|p| p.is_dir())
+            .expect("the output is under some folder");
         let file = self.write(&parent.join(format!(
             "pipeline-{}.toml",
             self.output.file_name().unwrap_or_default().to_string_lossy()
@@ -218,12 +224,20 @@ pub fn run_file(pipeline: &Path, args: &[&str], out_dir: &Path) -> RunResult {
     )
 }
 
-pub fn run_command(command: &mut Command, out_dir: &Path) -> RunResult {
-    let output: Output = command
+/// Tests run two at a time on a small machine: one intra-op thread per run
+/// keeps libtorch's threads from spinning against each other (a value the
+/// user exported wins).
+pub fn quiet_env(command: &mut Command) -> &mut Command {
+    if std::env::var_os("OMP_NUM_THREADS").is_none() {
+        command.env("OMP_NUM_THREADS", "1");
+    }
+    command
         .env_remove("SEGPREDICT_LOG")
         .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("starting segpredict");
+}
+
+pub fn run_command(command: &mut Command, out_dir: &Path) -> RunResult {
+    let output: Output = quiet_env(command).output().expect("starting segpredict");
     RunResult {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
