@@ -46,3 +46,11 @@ sample: setup
 # Train digits-small and write digits-seed (TorchScript) under models/.
 models: setup
     {{python}} tools/make_models.py
+
+# Host memory: peak RSS on the sample and on 20x the sample (benches/host/results.md).
+bench-host-memory: build
+    {{python}} benches/host/memory.py
+
+# The GPU benchmark (run on a GPU machine; see benches/gpu/README.md).
+bench-gpu: build
+    SEGPREDICT=target/release/segpredict bash benches/gpu/run.sh

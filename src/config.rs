@@ -148,3 +148,71 @@ fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
         None => message,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pipeline file shipped in the repository loads.
+    #[test]
+    fn every_shipped_pipeline_file_loads() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut loaded = 0;
+        for dir in ["pipelines", "benches/gpu"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    PipelineConfig::load(&path)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    loaded += 1;
+                }
+            }
+        }
+        assert!(loaded >= 4, "found only {loaded} pipeline files");
+    }
+
+    const MINIMAL: &str = r#"
+        [readers]
+        path = "in.parquet"
+        [readers.columns]
+        id = "id"
+        segments = { name = "s", shape = [1, 8, 8] }
+        [model]
+        path = "m.pt"
+        labels = "m.txt"
+        [writers]
+        dir = "out"
+    "#;
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let text = MINIMAL.replace("[writers]", "[writers]\ncompresion = \"zstd\"");
+        let error = PipelineConfig::parse(&text).unwrap_err();
+        assert!(error.contains("compresion"), "{error}");
+        // The key sits on line 11 of the text (which starts with a newline).
+        assert!(error.starts_with("line 11:"), "{error}");
+    }
+
+    #[test]
+    fn auto_budget_is_recognised_and_overridden_by_a_number() {
+        let text = MINIMAL.replace(
+            "[model]",
+            "[bucketing]\nmax_segments = \"auto\"\ngpu_memory = \"8GiB\"\n[model]",
+        );
+        let mut config = PipelineConfig::parse(&text).unwrap();
+        assert!(config.auto_budget);
+        assert_eq!(config.bucketing.gpu_memory.as_deref(), Some("8GiB"));
+        config.apply(&Overrides {
+            max_segments: Some(2048),
+            ..Overrides::default()
+        });
+        assert!(!config.auto_budget);
+        assert_eq!(config.bucketing.max_segments, 2048);
+    }
+
+    #[test]
+    fn a_word_other_than_auto_is_an_error() {
+        let text = MINIMAL.replace("[model]", "[bucketing]\nmax_segments = \"lots\"\n[model]");
+        assert!(PipelineConfig::parse(&text).is_err());
+    }
+}

@@ -385,6 +385,7 @@ fn finish_run(
             model: secs(worker.busy),
             writers: writers.iter().map(|w| secs(w.busy)).sum(),
         },
+        peak_rss_bytes: crate::report::peak_rss_bytes(),
         memory: memory_summary(&worker.batches),
         strategy: format!("{:?}", config.bucketing.strategy),
         calibration,

@@ -37,6 +37,9 @@ pub struct RunReport {
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
+    /// The process's peak resident memory (Linux `VmHWM`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
     /// Absent on CPU: there is no device memory to report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
@@ -69,6 +72,14 @@ pub struct MemorySummary {
     pub warmup_batches: usize,
     pub alloc_retries: i64,
     pub ooms: i64,
+}
+
+/// The process's peak resident set size so far, from `/proc/self/status`.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Batches of warm-up: the first batch of each distinct shape may reserve.
@@ -183,6 +194,9 @@ impl RunReport {
                 "out-of-memory events {}, budget lowered to {}, rows rejected for memory {}\n",
                 self.oom_events, self.final_max_segments, self.oom_rejected_rows
             );
+        }
+        if let Some(rss) = self.peak_rss_bytes {
+            s += &format!("peak host memory (RSS) {} MiB\n", rss >> 20);
         }
         s += &format!("output: {}", self.output);
         s
