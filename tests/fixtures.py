@@ -6,6 +6,7 @@ Usage: python tests/fixtures.py COMMAND IN OUT [options]
 Every command reads IN (the sample, or any file of its schema), keeps its first
 --rows rows (default: all) and writes OUT (a file, or a directory for `codecs`
 and `split`). Row order is kept, so row k of OUT is row k of the subset.
+`wrapper-model` instead reads a TorchScript model and writes another.
 """
 
 from __future__ import annotations
@@ -110,6 +111,73 @@ def cmd_fixed_list(a, t):
     pq.write_table(replace(t, "segments", segments), a.out)
 
 
+def cmd_float_list(a, t):
+    """Segments as list<fixed_size_list<--dtype, 64>>: the pixel values as floats."""
+    offsets, data = segments_flat(t)
+    np_type, pa_type = {"float32": (np.float32, pa.float32()), "float16": (np.float16, pa.float16())}[a.dtype]
+    values = pa.FixedSizeListArray.from_arrays(pa.array(data.reshape(-1).astype(np_type), pa_type), 64)
+    segments = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+    pq.write_table(replace(t, "segments", segments), a.out)
+
+
+def cmd_extras(a, t):
+    """Adds `vec` = [k, 1, 2] (fixed_size_list<float32, 3>), `f` = k + 0.5 (float64)
+    and `i` = k (int32), k = the row's position. With --short-vec-row N, `vec` is a
+    plain list<float32> column instead, and row N's list loses its last value."""
+    n = t.num_rows
+    k = np.arange(n)
+    flat = np.stack([k, np.ones(n), np.full(n, 2.0)], axis=1).astype(np.float32)
+    if a.short_vec_row is None:
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), pa.float32()), 3)
+    else:
+        rows = [list(map(float, r)) for r in flat]
+        rows[a.short_vec_row] = rows[a.short_vec_row][:2]
+        vec = pa.array(rows, pa.list_(pa.float32()))
+    t = t.append_column("vec", vec)
+    t = t.append_column("f", pa.array(k + 0.5, pa.float64()))
+    t = t.append_column("i", pa.array(k, pa.int32()))
+    pq.write_table(t, a.out)
+
+
+def cmd_wrapper_model(a, _t):
+    """IN is a TorchScript model of the models/README.md contract; OUT is a model
+    taking three more inputs, forward(segments, segment_counts, tags, tag_counts,
+    vec [R, 3] float, f [R] float, i [R] int64). It returns the inner model's logits
+    where a row's vec == [i, 1, 2] and f == i + 0.5, and otherwise adds 1000 to
+    class 0's logit; inputs of the wrong type or shape raise."""
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, segments, segment_counts, tags, tag_counts, vec, f, i):
+            rows = segment_counts.size(0)
+            if vec.dim() != 2 or vec.size(0) != rows or vec.size(1) != 3:
+                raise RuntimeError("vec must be [R, 3]")
+            if f.dim() != 1 or f.size(0) != rows or i.dim() != 1 or i.size(0) != rows:
+                raise RuntimeError("f and i must be [R]")
+            if not vec.is_floating_point() or not f.is_floating_point():
+                raise RuntimeError("vec and f must be floating point")
+            if i.dtype != torch.int64:
+                raise RuntimeError("i must be int64")
+            logits = self.inner(segments, segment_counts, tags, tag_counts)
+            fi = i.to(torch.float64)
+            ok = (
+                (vec[:, 0].to(torch.float64) == fi)
+                & (vec[:, 1] == 1.0)
+                & (vec[:, 2] == 2.0)
+                & (f.to(torch.float64) == fi + 0.5)
+            )
+            bump = torch.zeros_like(logits)
+            bump[:, 0] = 1000.0
+            return logits + (~ok).to(logits.dtype).unsqueeze(1) * bump
+
+    wrapper = torch.jit.script(Wrapper(torch.jit.load(a.input)))
+    wrapper.save(a.out)
+
+
 def cmd_binary_list(a, t):
     pq.write_table(replace(t, "segments", binary_segments(t)), a.out)
 
@@ -174,6 +242,9 @@ COMMANDS = {
     "large-list": cmd_large_list,
     "fixed-list": cmd_fixed_list,
     "binary-list": cmd_binary_list,
+    "float-list": cmd_float_list,
+    "extras": cmd_extras,
+    "wrapper-model": cmd_wrapper_model,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
     "empty": cmd_empty,
@@ -192,8 +263,11 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=7)
     ap.add_argument("--empty", action="store_true")
     ap.add_argument("--indices", default="")
+    ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    ap.add_argument("--short-vec-row", type=int)
     a = ap.parse_args()
-    COMMANDS[a.command](a, load(a.input, a.rows))
+    table = None if a.command == "wrapper-model" else load(a.input, a.rows)
+    COMMANDS[a.command](a, table)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,16 @@ fn predicts_like_original(variant: &str, rows: Option<usize>, extra: &[&str]) {
 }
 
 fn check_predicts_like_original(input_path: &Path, out: &Path, rows: Option<usize>) -> Vec<OutRow> {
+    check_predicts_like_original_with(input_path, out, rows, |_| {})
+}
+
+/// As [`check_predicts_like_original`], with the pipeline adjusted by `configure`.
+fn check_predicts_like_original_with(
+    input_path: &Path,
+    out: &Path,
+    rows: Option<usize>,
+    configure: impl FnOnce(&mut Pipeline),
+) -> Vec<OutRow> {
     let input = read_input_any(input_path);
     let expected_rows = rows.unwrap_or(SAMPLE_ROWS);
     assert_eq!(
@@ -39,7 +49,9 @@ fn check_predicts_like_original(input_path: &Path, out: &Path, rows: Option<usiz
     let mut ids = input.clone();
     ids.sort();
     assert_eq!(ids, sample_ids, "the variant holds other ids");
-    let output = run_clean(&Pipeline::new(input_path, out), &input);
+    let mut pipeline = Pipeline::new(input_path, out);
+    configure(&mut pipeline);
+    let output = run_clean(&pipeline, &input);
     assert_same_predictions_as_baseline(&output);
     output
 }
@@ -124,6 +136,146 @@ fn reads_segments_as_list_of_fixed_size_lists_of_u8() {
 #[test]
 fn reads_segments_as_list_of_binary() {
     predicts_like_original("binary-list", Some(SUBSET), &[]);
+}
+
+/// Segments as `list<fixed_size_list<DTYPE, 64>>` of the pixel values, read
+/// with `segments.dtype = PIPELINE_DTYPE`.
+fn predicts_like_original_from_float_segments(dtype: &str, pipeline_dtype: &str) {
+    let dir = tmp();
+    let input_path = dir.path().join(format!("{dtype}-segments.parquet"));
+    let rows = SUBSET.to_string();
+    fixture(
+        "float-list",
+        &sample(),
+        &input_path,
+        &["--rows", &rows, "--dtype", dtype],
+    );
+    // The fixture really holds float items of that type.
+    let batches = read_batches(&input_path).unwrap();
+    let segments_type = batches[0].column_by_name("segments").unwrap().data_type();
+    let expected_item = match dtype {
+        "float16" => arrow::datatypes::DataType::Float16,
+        _ => arrow::datatypes::DataType::Float32,
+    };
+    match segments_type {
+        arrow::datatypes::DataType::List(f) => match f.data_type() {
+            arrow::datatypes::DataType::FixedSizeList(item, 64) => {
+                assert_eq!(item.data_type(), &expected_item, "{segments_type}")
+            }
+            other => panic!("segments items are {other}"),
+        },
+        other => panic!("segments column of type {other}"),
+    }
+    check_predicts_like_original_with(&input_path, &dir.path().join("out"), Some(SUBSET), |p| {
+        p.segments_dtype = pipeline_dtype.into()
+    });
+}
+
+#[test]
+fn reads_segments_as_fixed_size_lists_of_f32() {
+    predicts_like_original_from_float_segments("float32", "f32");
+}
+
+#[test]
+fn reads_segments_as_fixed_size_lists_of_f16() {
+    predicts_like_original_from_float_segments("float16", "f16");
+}
+
+/// The extras a model of `fixtures.py wrapper-model` takes, after the tags.
+const VECTOR_AND_SCALAR_EXTRAS: [&str; 4] = [
+    r#"{ name = "tags", kind = "ragged" }"#,
+    r#"{ name = "vec", kind = "vector", width = 3 }"#,
+    r#"{ name = "f", kind = "float" }"#,
+    r#"{ name = "i", kind = "int" }"#,
+];
+
+/// Writes into `dir` the sample's first `SUBSET` rows with the extra columns
+/// `vec`, `f` and `i` (fixtures.py `extras`, with `fixture_args`), and a
+/// wrapper model that changes its predictions unless every row gets its own
+/// `vec == [i, 1, 2]`, `f == i + 0.5` and `i` = its position, in that order.
+/// Returns the input file and a pipeline reading it with that model.
+fn extras_case(dir: &Path, fixture_args: &[&str]) -> (PathBuf, Pipeline) {
+    let input_path = dir.join("extras.parquet");
+    let rows = SUBSET.to_string();
+    let mut args = vec!["--rows", rows.as_str()];
+    args.extend_from_slice(fixture_args);
+    fixture("extras", &sample(), &input_path, &args);
+    let model_path = dir.join("wrapper.pt");
+    fixture("wrapper-model", &model(), &model_path, &[]);
+    let labels_path = dir.join("wrapper.labels.txt");
+    std::fs::copy(labels(), &labels_path).expect("copying the labels file");
+
+    let mut pipeline = Pipeline::new(&input_path, dir.join("out"));
+    pipeline.model = model_path;
+    pipeline.labels = labels_path;
+    pipeline.extras = VECTOR_AND_SCALAR_EXTRAS
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    // Several batches, so rows and their extras are regrouped on the way.
+    pipeline.max_segments = 256;
+    pipeline.max_rows = 64;
+    (input_path, pipeline)
+}
+
+#[test]
+fn passes_vector_and_scalar_extras_in_declared_order() {
+    let dir = tmp();
+    let (input_path, pipeline) = extras_case(dir.path(), &[]);
+    let ids = ids_of(&read_input(&input_path));
+    assert_eq!(ids.len(), SUBSET);
+    let output = run_clean(&pipeline, &ids);
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(&pipeline.output);
+    assert!(
+        report_u64(&report, "batches") > 1,
+        "one batch only: {report}"
+    );
+}
+
+#[test]
+fn vector_of_wrong_width_is_rejected_with_reason() {
+    const SHORT_ROW: usize = 123;
+    let dir = tmp();
+    let (input_path, pipeline) =
+        extras_case(dir.path(), &["--short-vec-row", &SHORT_ROW.to_string()]);
+    // The fixture really holds a plain list column with one short row.
+    let vec = read_batches(&input_path).unwrap()[0]
+        .column_by_name("vec")
+        .unwrap()
+        .clone();
+    assert!(
+        matches!(vec.data_type(), arrow::datatypes::DataType::List(_)),
+        "vec is {}",
+        vec.data_type()
+    );
+    let input = read_input(&input_path);
+    assert_eq!(input.len(), SUBSET);
+
+    let run = pipeline.run(&[]);
+    run.expect_code(3);
+    let out = &run.out_dir;
+    assert!(
+        out.join("_SUCCESS").is_file(),
+        "a run with rejects is complete"
+    );
+    let output = read_output(out);
+    let rejects = read_rejects(out);
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    let reject = &rejects[0];
+    assert_eq!(reject.kind, "bad_input_width", "{reject:?}");
+    assert_eq!(reject.source_row, SHORT_ROW as i64, "{reject:?}");
+    assert_eq!(reject.id.as_deref(), Some(input[SHORT_ROW].id.as_str()));
+    assert_eq!(Path::new(&reject.source_file), input_path, "{reject:?}");
+    for needle in ["vec", "2", "3"] {
+        assert!(reject.reason.contains(needle), "{reject:?}");
+    }
+    assert_eq!(output.len(), SUBSET - 1);
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    assert_eq!(report_u64(&report, "rows_rejected"), 1);
+    assert_eq!(report_u64(&report, "rows_out"), (SUBSET - 1) as u64);
 }
 
 fn codec_dir(dir: &Path) -> PathBuf {

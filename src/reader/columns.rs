@@ -247,6 +247,16 @@ fn check_segments_type(data_type: &DataType, column: &SegmentsColumn) -> Result<
 }
 
 fn check_extra_type(data_type: &DataType, extra: &ExtraColumn) -> Result<(), String> {
+    if let (ExtraKind::Vector, DataType::FixedSizeList(_, n), Some(width)) =
+        (extra.kind, data_type, extra.width)
+    {
+        // Every row would fail the same way: say so once, up front.
+        if *n as usize != width {
+            return Err(format!(
+                "fixed-size lists of {n} but the pipeline declares width {width}"
+            ));
+        }
+    }
     let ok = match extra.kind {
         ExtraKind::Ragged => list_child(data_type).is_some_and(DataType::is_integer),
         ExtraKind::Vector => match data_type {

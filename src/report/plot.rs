@@ -3,12 +3,16 @@
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::worker::BatchRecord;
+use crate::worker::{BatchRecord, MemoryStats};
 
 const WIDTH: u32 = 1200;
 const PANEL_HEIGHT: u32 = 360;
+
+/// One line of a panel: its legend, colour and (batch, value) points.
+type Series = (&'static str, RGBColor, Vec<(usize, f64)>);
 
 /// Draws the memory panel (CUDA runs only) above the segments panel.
 pub fn write_svg(path: &Path, title: &str, records: &[BatchRecord]) -> Result<(), String> {
@@ -23,105 +27,89 @@ pub fn write_svg(path: &Path, title: &str, records: &[BatchRecord]) -> Result<()
     let mut areas = areas.iter();
     if has_memory {
         if let Some(area) = areas.next() {
-            draw_memory(area, records)?;
+            let memory = vec![
+                (
+                    "peak reserved",
+                    RED,
+                    memory_series(records, |m| m.reserved_peak),
+                ),
+                (
+                    "peak allocated",
+                    BLUE,
+                    memory_series(records, |m| m.allocated_peak),
+                ),
+            ];
+            draw_panel(
+                area,
+                "device memory per batch (MiB)",
+                "MiB",
+                records.len(),
+                memory,
+            )?;
         }
     }
     if let Some(area) = areas.next() {
-        draw_segments(area, records)?;
+        let per_batch = |f: fn(&BatchRecord) -> usize| -> Vec<(usize, f64)> {
+            records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i, f(r) as f64))
+                .collect()
+        };
+        let segments = vec![
+            (
+                "padded (what the model sees)",
+                GREEN,
+                per_batch(|r| r.padded_segments),
+            ),
+            ("real", BLACK, per_batch(|r| r.segments)),
+        ];
+        let caption = "segments per batch (model input's first dimension)";
+        draw_panel(area, caption, "segments", records.len(), segments)?;
     }
     root.present().map_err(|e| e.to_string())
 }
 
-fn mib(bytes: i64) -> f64 {
-    bytes as f64 / 1048576.0
+fn memory_series(records: &[BatchRecord], field: fn(&MemoryStats) -> i64) -> Vec<(usize, f64)> {
+    records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.memory.as_ref().map(|m| (i, field(m) as f64 / 1048576.0)))
+        .collect()
 }
 
-fn draw_memory<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    records: &[BatchRecord],
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    y_desc: &str,
+    n_batches: usize,
+    series: Vec<Series>,
 ) -> Result<(), String> {
-    let series = |f: fn(&crate::worker::MemoryStats) -> i64| -> Vec<(usize, f64)> {
-        records
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| r.memory.as_ref().map(|m| (i, mib(f(m)))))
-            .collect()
-    };
-    let reserved = series(|m| m.reserved_peak);
-    let allocated = series(|m| m.allocated_peak);
-    let top = reserved.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let top = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.1;
     let mut chart = ChartBuilder::on(area)
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(70)
-        .caption("device memory per batch (MiB)", ("sans-serif", 16))
-        .build_cartesian_2d(0..records.len().max(1), 0.0..top)
+        .caption(caption, ("sans-serif", 16))
+        .build_cartesian_2d(0..n_batches.max(1), 0.0..top)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("batch")
-        .y_desc("MiB")
+        .y_desc(y_desc)
         .draw()
         .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(LineSeries::new(reserved, &RED))
-        .map_err(|e| e.to_string())?
-        .label("peak reserved")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
-    chart
-        .draw_series(LineSeries::new(allocated, &BLUE))
-        .map_err(|e| e.to_string())?
-        .label("peak allocated")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())
-}
-
-fn draw_segments<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    records: &[BatchRecord],
-) -> Result<(), String> {
-    let padded: Vec<(usize, f64)> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (i, r.padded_segments as f64))
-        .collect();
-    let real: Vec<(usize, f64)> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (i, r.segments as f64))
-        .collect();
-    let top = padded.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(area)
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(70)
-        .caption(
-            "segments per batch (model input's first dimension)",
-            ("sans-serif", 16),
-        )
-        .build_cartesian_2d(0..records.len().max(1), 0.0..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("batch")
-        .y_desc("segments")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(LineSeries::new(padded, &GREEN))
-        .map_err(|e| e.to_string())?
-        .label("padded (what the model sees)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
-    chart
-        .draw_series(LineSeries::new(real, &BLACK))
-        .map_err(|e| e.to_string())?
-        .label("real")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    for (label, colour, points) in series {
+        chart
+            .draw_series(LineSeries::new(points, colour))
+            .map_err(|e| e.to_string())?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))

@@ -85,8 +85,14 @@ pub struct Pipeline {
     pub input: PathBuf,
     pub output: PathBuf,
     pub model: PathBuf,
+    pub labels: PathBuf,
     pub id_column: String,
     pub segments_column: String,
+    /// `[readers.columns] segments.dtype`: `u8` (the sample's), `f16` or `f32`.
+    pub segments_dtype: String,
+    /// `[readers.columns] extras`, each an inline table, e.g.
+    /// `{ name = "tags", kind = "ragged" }` (the sample's only extra).
+    pub extras: Vec<String>,
     pub reader_threads: usize,
     pub batch_rows: usize,
     pub max_segments: usize,
@@ -108,8 +114,11 @@ impl Pipeline {
             input: input.into(),
             output: output.into(),
             model: model(),
+            labels: labels(),
             id_column: "id".into(),
             segments_column: "segments".into(),
+            segments_dtype: "u8".into(),
+            extras: vec![r#"{ name = "tags", kind = "ragged" }"#.into()],
             reader_threads: 0,
             batch_rows: 1024,
             max_segments: 4096,
@@ -132,10 +141,11 @@ impl Pipeline {
         t += "[readers.columns]\n";
         t += &format!("id = {}\n", toml_string(&self.id_column));
         t += &format!(
-            "segments = {{ name = {}, dtype = \"u8\", shape = [1, 8, 8] }}\n",
-            toml_string(&self.segments_column)
+            "segments = {{ name = {}, dtype = {}, shape = [1, 8, 8] }}\n",
+            toml_string(&self.segments_column),
+            toml_string(&self.segments_dtype)
         );
-        t += "extras = [{ name = \"tags\", kind = \"ragged\" }]\n\n";
+        t += &format!("extras = [{}]\n\n", self.extras.join(", "));
         t += "[bucketing]\n";
         t += &format!("max_segments = {}\n", self.max_segments);
         t += &format!("max_rows = {}\n", self.max_rows);
@@ -146,7 +156,7 @@ impl Pipeline {
         }
         t += "\n[model]\n";
         t += &format!("path = {}\n", q(&self.model));
-        t += &format!("labels = {}\n", q(&labels()));
+        t += &format!("labels = {}\n", q(&self.labels));
         t += "device = \"cpu\"\ndtype = \"f32\"\n";
         for line in &self.model_extra {
             t += line;
