@@ -87,7 +87,7 @@ impl PipelineConfig {
     fn resolve_paths(&mut self, base: &Path) {
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {
-                *p = base.join(&*p);
+                *p = lexically_normal(&base.join(&*p));
             }
         };
         resolve(&mut self.readers.path);
@@ -117,6 +117,28 @@ impl PipelineConfig {
             self.writers.threads = threads;
         }
     }
+}
+
+/// `pipelines/../out` -> `out`, without touching the file system (the path
+/// may not exist yet), so messages and reports show the path a person means.
+fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
 }
 
 /// Replaces `max_segments = "auto"` with a placeholder budget (calibration
@@ -208,6 +230,21 @@ mod tests {
         });
         assert!(!config.auto_budget);
         assert_eq!(config.bucketing.max_segments, 2048);
+    }
+
+    #[test]
+    fn relative_paths_are_resolved_against_the_pipeline_folder_and_tidied() {
+        assert_eq!(
+            lexically_normal(Path::new("pipelines/../out/sample")),
+            Path::new("out/sample")
+        );
+        assert_eq!(lexically_normal(Path::new("./a/./b")), Path::new("a/b"));
+        assert_eq!(lexically_normal(Path::new("../x")), Path::new("../x"));
+        assert_eq!(lexically_normal(Path::new("a/..")), Path::new("."));
+        assert_eq!(
+            lexically_normal(Path::new("/srv/p/../data")),
+            Path::new("/srv/data")
+        );
     }
 
     #[test]

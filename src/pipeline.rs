@@ -7,7 +7,7 @@
 //! shared cancel flag, every stage stops at its next message, and the run
 //! returns that error.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -89,6 +89,7 @@ pub fn run(
         id_kind: plan.id_kind,
         labels,
         sources: plan.sources.clone(),
+        rows_written: Arc::new(AtomicU64::new(0)),
     };
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let initial_budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
@@ -223,6 +224,8 @@ fn run_stages(
     let (write_tx, write_rx) = crossbeam_channel::bounded::<WriterMsg>(WRITER_MESSAGES);
     let segment_bytes = config.readers.columns.segments.segment_bytes();
     let cancel: &AtomicBool = cancel;
+    // Outside the scope so the progress thread may borrow it.
+    let stages_done = &AtomicBool::new(false);
     // Each stage's first error cancels the others; a stage whose neighbour
     // has gone stops quietly, so the only errors returned are root causes.
     let fail = |e: anyhow::Error| {
@@ -270,6 +273,8 @@ fn run_stages(
             })
             .collect();
         drop(write_rx);
+        let progress = scope
+            .spawn(|| show_progress(plan.total_rows, &schema.rows_written, stages_done, cancel));
         let mut first_error = None;
         let readers: Vec<_> = readers
             .into_iter()
@@ -281,6 +286,8 @@ fn run_stages(
             .into_iter()
             .filter_map(|h| keep(h.join(), &mut first_error, cancel))
             .collect();
+        stages_done.store(true, Ordering::Relaxed);
+        let _ = progress.join();
         match (first_error, bucketing, worker) {
             (Some(e), _, _) => Err(e),
             (None, Some(bucketing), Some(worker)) => Ok(StageReports {
@@ -292,6 +299,44 @@ fn run_stages(
             _ => Err(anyhow::anyhow!("a pipeline stage ended without a report")),
         }
     })
+}
+
+/// A progress bar for a person at a terminal; a log line every half minute
+/// for a batch job's log. Returns when the stages are done or cancelled.
+fn show_progress(
+    total_rows: u64,
+    rows_written: &AtomicU64,
+    done: &AtomicBool,
+    cancel: &AtomicBool,
+) {
+    use std::io::IsTerminal;
+    let tick = std::time::Duration::from_millis(200);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total_rows);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} rows ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut last_log = Instant::now();
+    while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
+        std::thread::sleep(tick);
+        let rows = rows_written.load(Ordering::Relaxed);
+        match &bar {
+            Some(bar) => bar.set_position(rows),
+            None if last_log.elapsed().as_secs() >= 30 => {
+                tracing::info!(rows, total_rows, "progress");
+                last_log = Instant::now();
+            }
+            None => {}
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
 }
 
 /// A stage's result, keeping the first error; a panic cancels the run too.
@@ -367,7 +412,7 @@ fn finish_run(
         padded_segments: bucketing.padded_segments,
         oversized_batches: bucketing.oversized_batches,
         max_segments: config.bucketing.max_segments,
-        final_max_segments: budget.load(Ordering::Relaxed),
+        final_max_segments: Some(budget.load(Ordering::Relaxed)).filter(|&b| b != usize::MAX),
         size_classes: bucketing.size_classes.clone(),
         cudnn_benchmark,
         allocator_conf: device.is_cuda().then_some(allocator_conf).flatten(),

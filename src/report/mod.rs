@@ -27,7 +27,9 @@ pub struct RunReport {
     pub padded_segments: u64,
     pub oversized_batches: u64,
     pub max_segments: usize,
-    pub final_max_segments: usize,
+    /// The budget at the end (lower than `max_segments` after an
+    /// out-of-memory); absent for the `rows` strategy, which has none.
+    pub final_max_segments: Option<usize>,
     pub size_classes: Vec<usize>,
     pub cudnn_benchmark: bool,
     pub allocator_conf: Option<String>,
@@ -166,7 +168,7 @@ impl RunReport {
             if self.strategy == "Rows" {
                 "fixed rows per batch (no segment budget)".to_string()
             } else {
-                format!("budget {} segments", self.final_max_segments)
+                format!("budget {} segments", self.final_max_segments.unwrap_or(self.max_segments))
             },
             if self.oversized_batches > 0 {
                 format!(", {} oversized row(s) ran alone", self.oversized_batches)
@@ -192,7 +194,9 @@ impl RunReport {
         if self.oom_events > 0 {
             s += &format!(
                 "out-of-memory events {}, budget lowered to {}, rows rejected for memory {}\n",
-                self.oom_events, self.final_max_segments, self.oom_rejected_rows
+                self.oom_events,
+                self.final_max_segments.unwrap_or(self.max_segments),
+                self.oom_rejected_rows
             );
         }
         if let Some(rss) = self.peak_rss_bytes {

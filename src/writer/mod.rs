@@ -83,6 +83,8 @@ pub struct OutputSchema {
     pub id_kind: IdKind,
     pub labels: Arc<Vec<String>>,
     pub sources: Sources,
+    /// Rows written so far by all writers, read by the progress display.
+    pub rows_written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Counts a writer thread reports when it ends, and the rejects it was sent.
@@ -182,6 +184,9 @@ pub fn run_writer(
                     }
                 };
                 report.rows += predictions.rows.len() as u64;
+                schema
+                    .rows_written
+                    .fetch_add(predictions.rows.len() as u64, Ordering::Relaxed);
                 writer.write(&predictions)?;
                 if writer.rows() >= config.rows_per_file {
                     if let Some(full) = part.take() {
