@@ -93,7 +93,7 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(e) if cancel.load(Ordering::Relaxed) && e.to_string().starts_with("interrupted") => {
+        Err(e) if e.downcast_ref::<pipeline::Interrupted>().is_some() => {
             eprintln!("segpredict: {e:#}");
             ExitCode::from(EXIT_INTERRUPTED)
         }
@@ -131,12 +131,12 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     let on_signal = cancel.clone();
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("installing the Ctrl-C handler")?;
-    let outcome = pipeline::run(&config, allocator, cancel)?;
-    println!("{}", outcome.report.summary());
-    Ok(if outcome.report.rows_rejected > 0 {
+    let report = pipeline::run(&config, allocator, cancel)?;
+    println!("{}", report.summary());
+    Ok(if report.rows_rejected > 0 {
         eprintln!(
             "segpredict: {} row(s) rejected; see {}",
-            outcome.report.rows_rejected,
+            report.rows_rejected,
             config.writers.dir.join("_rejects.parquet").display()
         );
         EXIT_REJECTS

@@ -28,10 +28,10 @@ const CHUNKS_PER_READER: usize = 2;
 const BATCHES_IN_FLIGHT: usize = 4;
 const WRITER_MESSAGES: usize = 8;
 
-/// How a run ended; rejects do not fail a run, but they change the exit code.
-pub struct RunOutcome {
-    pub report: RunReport,
-}
+/// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted; no output was marked complete")]
+pub struct Interrupted;
 
 /// Sets the allocator before anything touches CUDA: libtorch reads
 /// `PYTORCH_ALLOC_CONF` once, at its first device allocation. A value the
@@ -55,13 +55,9 @@ pub fn run(
     config: &PipelineConfig,
     allocator_conf: Option<String>,
     cancel: Arc<AtomicBool>,
-) -> Result<RunOutcome> {
+) -> Result<RunReport> {
     let started = Instant::now();
-    config
-        .bucketing
-        .validate()
-        .context("invalid [bucketing] section")?;
-    // Building a bucketer checks the size classes against the budget too.
+    // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     let plan = config.readers.plan()?;
     let labels = Arc::new(worker::load_labels(&config.model.labels)?);
@@ -96,7 +92,7 @@ pub fn run(
     let budget = AtomicUsize::new(initial_budget);
     let stages = run_stages(config, &plan, model, &schema, &budget, &cancel)?;
     if cancel.load(Ordering::Relaxed) {
-        bail!("interrupted; no output was marked complete");
+        return Err(Interrupted.into());
     }
     let settings = RunSettings {
         device,
@@ -366,7 +362,7 @@ fn finish_run(
     settings: RunSettings,
     budget: &AtomicUsize,
     started: Instant,
-) -> Result<RunOutcome> {
+) -> Result<RunReport> {
     let RunSettings {
         device,
         cudnn_benchmark,
@@ -443,5 +439,5 @@ fn finish_run(
         .write_svg(dir)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.join("_report.svg").display()))?;
     writer::write_success(dir)?;
-    Ok(RunOutcome { report })
+    Ok(report)
 }

@@ -193,7 +193,6 @@ pub struct WorkerReport {
     pub oom_rejects: u64,
     /// Time in forward passes (inputs to answers on the host).
     pub busy: Duration,
-    pub budget_lowered_to: Option<usize>,
 }
 
 impl Worker {
@@ -306,9 +305,7 @@ impl Worker {
             1 => batch.n_segments,
             _ => (batch.n_segments / 2).max(1),
         };
-        if budget.fetch_min(retry_size, Ordering::Relaxed) > retry_size {
-            report.budget_lowered_to = Some(budget.load(Ordering::Relaxed));
-        }
+        budget.fetch_min(retry_size, Ordering::Relaxed);
         tracing::warn!(
             seq = batch.seq,
             rows = batch.rows.len(),
