@@ -57,30 +57,35 @@ PY
 }
 
 P=benches/gpu
-DEVICE=${DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
+DEVICE=${DEVICE:-cuda}
+CASES=${CASES:-all}   # or a space-separated subset of the case names below
+wanted() { [ "$CASES" = all ] || [[ " $CASES " == *" $1 "* ]]; }   # cpu: a dry run of this script on a machine without a GPU
 segpredict_case() { # NAME PIPELINE OUTDIR [ARGS...]
   local name=$1 pipeline=$2 dir=$3; shift 3
+  wanted "$name" || return 0
   run_case "$name" "$BIN" run "$pipeline" --input "$WORK/input.parquet" --output "$dir" --device "$DEVICE" "$@"
   if [ -f "$dir/_report.json" ]; then cp "$dir/_report.json" "$RUNS/$name.json"; check_ids "$name" "$dir"; fi
 }
 segpredict_case segpredict-budget $P/seed-budget.toml "$WORK/sp-budget"
 segpredict_case segpredict-budget-cudnn-benchmark $P/seed-budget-cudnn.toml "$WORK/sp-budget-cudnn"
+segpredict_case segpredict-budget-channels-last $P/seed-budget-channels-last.toml "$WORK/sp-budget-cl"
 if [ "$DEVICE" != cpu ]; then
   segpredict_case segpredict-auto $P/seed-budget.toml "$WORK/sp-auto" --gpu-memory "$TARGET"
 fi
 segpredict_case segpredict-rows $P/seed-rows.toml "$WORK/sp-rows"
 for policy in budget rows; do
+  wanted python-$policy || continue
   run_case python-$policy $PY $P/plain_pytorch.py --model models/digits-seed.pt --labels models/digits-seed.labels.txt \
     --input "$WORK/input.parquet" --output "$WORK/py-$policy.parquet" --policy $policy --rows 32 --budget 16384 \
     --dtype bf16 --json "$RUNS/python-$policy.json" --device "$DEVICE"
   [ -f "$WORK/py-$policy.parquet" ] && check_ids python-$policy "$WORK/py-$policy.parquet"
 done
-if [ "$DEVICE" != cpu ]; then
+if [ "$DEVICE" != cpu ] && wanted calibrate; then
   "$BIN" calibrate $P/seed-budget.toml --gpu-memory "$TARGET" --json "$OUT/calibration.json" > "$OUT/calibration.txt" 2>&1 || FAILED="$FAILED calibrate"
   cat "$OUT/calibration.txt"
 fi
 
 $PY $P/summarize.py "$RUNS" "$OUT"
-cp "$WORK/sp-budget/_report.svg" "$OUT/segpredict-budget.svg" || true
-cp "$WORK/sp-rows/_report.svg" "$OUT/segpredict-rows.svg" || true
+cp "$WORK/sp-budget/_report.svg" "$OUT/segpredict-budget.svg" 2>/dev/null || true
+cp "$WORK/sp-rows/_report.svg" "$OUT/segpredict-rows.svg" 2>/dev/null || true
 if [ -n "$FAILED" ]; then echo "failed:$FAILED"; exit 1; fi

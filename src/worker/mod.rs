@@ -53,6 +53,12 @@ pub struct ModelConfig {
     /// Default true. When false, an out-of-memory ends the run.
     #[serde(default = "default_true")]
     pub oom_recovery: bool,
+    /// Convert the model's 4-D weights to channels-last memory layout, so
+    /// convolutions run NHWC (tensor cores on recent GPUs favour it; about
+    /// 1.45x for the seed's convs in bf16 on an H200, ../shared/GPU.md).
+    /// Default false. The numbers are the same up to rounding.
+    #[serde(default)]
+    pub channels_last: bool,
     /// TorchScript's profiling executor, which specialises the graph to the
     /// shapes it has seen. Default true (libtorch's default). Batches whose
     /// row count varies can make it re-profile; turning it off uses the
@@ -209,6 +215,12 @@ impl Worker {
             }
         })?;
         let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
+        if config.channels_last {
+            model.to_channels_last().map_err(|e| WorkerError::ModelLoad {
+                path: config.path.clone(),
+                message: format!("converting to channels-last: {e}"),
+            })?;
+        }
         Ok(Self {
             model,
             oom_recovery: config.oom_recovery,

@@ -58,6 +58,21 @@ impl Model {
         })
     }
 
+    /// Re-lays every 4-D parameter out channels-last (NHWC strides, NCHW
+    /// shape), as `module.to(memory_format=torch.channels_last)` does in
+    /// Python; convolutions then pick NHWC kernels and pass the layout on.
+    pub fn to_channels_last(&self) -> Result<(), tch::TchError> {
+        for (_, mut parameter) in self.module.named_parameters()? {
+            if parameter.dim() == 4 {
+                let nhwc = parameter.f_permute([0, 2, 3, 1])?.f_contiguous()?.f_permute([0, 3, 1, 2])?;
+                // The handle shares the module's tensor, so this re-lays the
+                // module's own weight.
+                parameter.f_set_data(&nhwc)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the model on `batch`; the caller holds the no-grad guard.
     pub fn predict(&self, batch: &Batch) -> Result<Predicted, tch::TchError> {
         let inputs = self.inputs(batch)?;
