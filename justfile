@@ -51,6 +51,6 @@ models: setup
 bench-host-memory: build
     {{python}} benches/host/memory.py
 
-# The GPU benchmark (run on a GPU machine; see benches/gpu/README.md).
+# The GPU benchmark: run on a GPU machine with models/digits-seed.pt (see benches/gpu/RESULTS.md).
 bench-gpu: build
     SEGPREDICT=target/release/segpredict bash benches/gpu/run.sh
