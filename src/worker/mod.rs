@@ -216,10 +216,12 @@ impl Worker {
         })?;
         let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
         if config.channels_last {
-            model.to_channels_last().map_err(|e| WorkerError::ModelLoad {
-                path: config.path.clone(),
-                message: format!("converting to channels-last: {e}"),
-            })?;
+            model
+                .to_channels_last()
+                .map_err(|e| WorkerError::ModelLoad {
+                    path: config.path.clone(),
+                    message: format!("converting to channels-last: {e}"),
+                })?;
         }
         Ok(Self {
             model,

@@ -64,7 +64,10 @@ impl Model {
     pub fn to_channels_last(&self) -> Result<(), tch::TchError> {
         for (_, mut parameter) in self.module.named_parameters()? {
             if parameter.dim() == 4 {
-                let nhwc = parameter.f_permute([0, 2, 3, 1])?.f_contiguous()?.f_permute([0, 3, 1, 2])?;
+                let nhwc = parameter
+                    .f_permute([0, 2, 3, 1])?
+                    .f_contiguous()?
+                    .f_permute([0, 3, 1, 2])?;
                 // The handle shares the module's tensor, so this re-lays the
                 // module's own weight.
                 parameter.f_set_data(&nhwc)?;
