@@ -243,3 +243,14 @@ fn cli_overrides_input_output_and_max_segments() {
         }
     }
 }
+
+#[test]
+fn channels_last_weights_predict_the_same_labels() {
+    let dir = tmp();
+    let input_path = sample_subset(dir.path(), "subset.parquet", 300);
+    let input = read_input(&input_path);
+    let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    pipeline.model_extra.push("channels_last = true".into());
+    let output = run_clean(&pipeline, &ids_of(&input));
+    assert_same_predictions_as_baseline(&output);
+}

@@ -61,7 +61,8 @@ impl Model {
     /// Re-lays every 4-D parameter out channels-last (NHWC strides, NCHW
     /// shape), as `module.to(memory_format=torch.channels_last)` does in
     /// Python; convolutions then pick NHWC kernels and pass the layout on.
-    pub fn to_channels_last(&self) -> Result<(), tch::TchError> {
+    pub fn to_channels_last(&self) -> Result<usize, tch::TchError> {
+        let mut converted = 0;
         for (_, mut parameter) in self.module.named_parameters()? {
             if parameter.dim() == 4 {
                 let nhwc = parameter
@@ -71,9 +72,23 @@ impl Model {
                 // The handle shares the module's tensor, so this re-lays the
                 // module's own weight.
                 parameter.f_set_data(&nhwc)?;
+                converted += 1;
             }
         }
-        Ok(())
+        // Read the weights back: a silent no-op would be worse than an error.
+        let laid_out = self
+            .module
+            .named_parameters()?
+            .iter()
+            .filter(|(_, p)| p.dim() == 4 && is_channels_last(p))
+            .count();
+        if laid_out != converted {
+            return Err(tch::TchError::Kind(format!(
+                "{laid_out} of {converted} 4-D weights read back channels-last"
+            )));
+        }
+        tracing::debug!(weights = converted, "weights laid out channels-last");
+        Ok(converted)
     }
 
     /// Runs the model on `batch`; the caller holds the no-grad guard.
@@ -143,6 +158,17 @@ impl Model {
             SegmentDtype::F32 => Kind::Float,
         }
     }
+}
+
+/// NHWC strides: channels vary fastest. (A one-channel weight is both
+/// layouts at once and counts as channels-last.)
+fn is_channels_last(t: &Tensor) -> bool {
+    let (size, stride) = (t.size(), t.stride());
+    if size.len() != 4 {
+        return false;
+    }
+    let (c, h, w) = (size[1], size[2], size[3]);
+    c == 1 || (stride[1] == 1 && stride[3] == c && stride[2] == c * w && stride[0] == c * h * w)
 }
 
 fn first_line(text: &str) -> String {
