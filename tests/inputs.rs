@@ -252,16 +252,12 @@ fn vector_of_wrong_width_is_rejected_with_reason() {
     let input = read_input(&input_path);
     assert_eq!(input.len(), SUBSET);
 
-    let run = pipeline.run(&[]);
-    run.expect_code(3);
-    let out = &run.out_dir;
-    assert!(
-        out.join("_SUCCESS").is_file(),
-        "a run with rejects is complete"
-    );
-    let output = read_output(out);
-    let rejects = read_rejects(out);
-    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    let RejectingRun {
+        out,
+        output,
+        rejects,
+        ..
+    } = run_with_rejects(&pipeline, &input);
     assert_eq!(rejects.len(), 1, "{rejects:?}");
     let reject = &rejects[0];
     assert_eq!(reject.kind, "bad_input_width", "{reject:?}");
@@ -273,7 +269,7 @@ fn vector_of_wrong_width_is_rejected_with_reason() {
     }
     assert_eq!(output.len(), SUBSET - 1);
     assert_same_predictions_as_baseline(&output);
-    let report = read_report(out);
+    let report = read_report(&out);
     assert_eq!(report_u64(&report, "rows_rejected"), 1);
     assert_eq!(report_u64(&report, "rows_out"), (SUBSET - 1) as u64);
 }

@@ -19,16 +19,13 @@ fn undecodable_rows_mid_file_are_rejected_and_the_rest_predicted() {
     let input = read_input(&input_path);
     assert_eq!(input.len(), 300);
 
-    let run = Pipeline::new(&input_path, dir.path().join("out")).run(&[]);
-    run.expect_code(3);
-    let out = &run.out_dir;
-    assert!(
-        out.join("_SUCCESS").is_file(),
-        "a run with rejects is complete"
-    );
-    let output = read_output(out);
-    let rejects = read_rejects(out);
-    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    let pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    let RejectingRun {
+        run,
+        out,
+        output,
+        rejects,
+    } = run_with_rejects(&pipeline, &input);
     assert_eq!(output.len(), 297);
     assert_eq!(rejects.len(), 3, "{rejects:?}");
     let found: BTreeMap<String, i64> = rejects
@@ -53,7 +50,7 @@ fn undecodable_rows_mid_file_are_rejected_and_the_rest_predicted() {
     assert!(short.reason.contains("63"), "{short:?}");
     // The other rows predict as in the original file.
     assert_same_predictions_as_baseline(&output);
-    let report = read_report(out);
+    let report = read_report(&out);
     assert_eq!(report_u64(&report, "rows_rejected"), 3);
     assert_eq!(report_u64(&report, "rows_out"), 297);
     assert!(

@@ -659,3 +659,33 @@ pub fn ids_of(rows: &[InputRow]) -> Vec<String> {
 pub fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
+
+/// What a run that completes with rejected rows left behind.
+pub struct RejectingRun {
+    pub run: RunResult,
+    pub out: PathBuf,
+    pub output: Vec<OutRow>,
+    pub rejects: Vec<RejectRow>,
+}
+
+/// Runs `pipeline`, expecting it to complete with rejects: exit code 3,
+/// `_SUCCESS` written, and every input id exactly once across the output and
+/// the rejects.
+pub fn run_with_rejects(pipeline: &Pipeline, input: &[InputRow]) -> RejectingRun {
+    let run = pipeline.run(&[]);
+    run.expect_code(3);
+    let out = run.out_dir.clone();
+    assert!(
+        out.join("_SUCCESS").is_file(),
+        "a run with rejects is complete"
+    );
+    let output = read_output(&out);
+    let rejects = read_rejects(&out);
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    RejectingRun {
+        run,
+        out,
+        output,
+        rejects,
+    }
+}
