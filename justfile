@@ -33,11 +33,13 @@ run: build
 test: setup
     cargo test --release
 
-# fmt, clippy, tests.
-check: setup
+# Formatting and clippy, warnings as errors.
+lint: setup
     cargo fmt --check
     cargo clippy --release --all-targets -- -D warnings
-    cargo test --release
+
+# fmt, clippy, tests: what CI runs.
+check: lint test
 
 # Rebuild the sample Parquet file from scikit-learn's digits (byte-identical).
 sample: setup
