@@ -60,11 +60,13 @@ pub fn run(
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     let plan = config.readers.plan()?;
-    let labels = Arc::new(worker::load_labels(&config.model.labels)?);
-    let device = worker::choose_device(&config.model.device)?;
-    let cudnn_benchmark = set_cudnn_benchmark(config, device)?;
-    let inputs = config.readers.columns.input_spec();
-    let model = Worker::new(&config.model, device, &inputs, labels.len())?;
+    let LoadedModel {
+        labels,
+        device,
+        cudnn_benchmark,
+        inputs,
+        model,
+    } = load_model(config)?;
     let mut config = config.clone();
     let calibration = if config.auto_budget {
         Some(calibrate_budget(&mut config, &model, &inputs)?)
@@ -148,12 +150,33 @@ fn set_cudnn_benchmark(config: &PipelineConfig, device: tch::Device) -> Result<b
 /// measure it against `gpu_memory`.
 pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibration> {
     let target = parse_size(gpu_memory)?;
-    let labels = worker::load_labels(&config.model.labels)?;
+    let loaded = load_model(config)?;
+    Ok(loaded.model.calibrate(&loaded.inputs, target)?)
+}
+
+/// The model on its device, with what it was loaded for.
+struct LoadedModel {
+    labels: Arc<Vec<String>>,
+    device: tch::Device,
+    cudnn_benchmark: bool,
+    inputs: InputSpec,
+    model: Worker,
+}
+
+/// Labels, device, cuDNN mode and model: the set-up `run` and `calibrate` share.
+fn load_model(config: &PipelineConfig) -> Result<LoadedModel> {
+    let labels = Arc::new(worker::load_labels(&config.model.labels)?);
     let device = worker::choose_device(&config.model.device)?;
-    set_cudnn_benchmark(config, device)?;
+    let cudnn_benchmark = set_cudnn_benchmark(config, device)?;
     let inputs = config.readers.columns.input_spec();
     let model = Worker::new(&config.model, device, &inputs, labels.len())?;
-    Ok(model.calibrate(&inputs, target)?)
+    Ok(LoadedModel {
+        labels,
+        device,
+        cudnn_benchmark,
+        inputs,
+        model,
+    })
 }
 
 /// The calibration as a person reads it, ending with the lines to paste.

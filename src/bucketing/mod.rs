@@ -195,6 +195,7 @@ impl<T> PlannedBatch<T> {
     }
 
     /// Segments of zero padding the model will process for this batch.
+    #[cfg(test)]
     pub fn padding_segments(&self) -> usize {
         self.padded_segments.saturating_sub(self.n_segments)
     }

@@ -111,7 +111,7 @@ impl Stage {
     fn send(&mut self, planned: PlannedBatch<Row>) -> bool {
         let report = &mut self.report;
         report.segments += planned.n_segments as u64;
-        report.padded_segments += (planned.n_segments + planned.padding_segments()) as u64;
+        report.padded_segments += planned.padded_segments as u64;
         report.oversized_batches += u64::from(planned.is_oversized());
         if planned.is_oversized() {
             tracing::info!(

@@ -196,7 +196,6 @@ pub struct BatchRecord {
 pub struct WorkerReport {
     pub batches: Vec<BatchRecord>,
     pub oom_events: u64,
-    pub oom_rejects: u64,
     /// Time in forward passes (inputs to answers on the host).
     pub busy: Duration,
 }
@@ -337,7 +336,6 @@ impl Worker {
                 self.run_batch(unpadded(lone), split_depth + 1, out, budget, report)
             }
             Split::Lone(lone) => {
-                report.oom_rejects += 1;
                 let rejects = lone
                     .rows
                     .into_iter()
