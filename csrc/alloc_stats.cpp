@@ -1,16 +1,51 @@
-// Allocator statistics and cache control for segpredict.
+// Allocator statistics, cache control and stream events for segpredict.
 //
-// tch 0.24 binds none of the caching allocator's statistics, so this file
-// exposes the few calls segpredict needs behind a C ABI. Every function
-// catches all C++ exceptions: an exception crossing into Rust is undefined
-// behaviour, and "no accelerator" must be an ordinary answer, not a crash.
+// tch 0.24 binds none of the caching allocator's statistics nor device
+// events, so this file exposes the few calls segpredict needs behind a C
+// ABI. Every function runs inside `guarded`, which catches all C++
+// exceptions: an exception crossing into Rust is undefined behaviour, and
+// "no accelerator" must be an ordinary answer, not a crash.
 #include <ATen/DeviceAccelerator.h>
-#include <c10/core/InferenceMode.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Event.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
+
+namespace {
+
+// Return codes shared by every function below.
+constexpr int kOk = 0;
+constexpr int kNoAccelerator = 1;
+constexpr int kError = 2;
+
+void copy_error(const char* what, char* err, size_t err_len) {
+  if (err == nullptr || err_len == 0) return;
+  std::strncpy(err, what, err_len - 1);
+  err[err_len - 1] = '\0';
+}
+
+// Runs `body` when there is an accelerator; kNoAccelerator when there is
+// none; kError with the exception's message in `err` when it throws.
+template <typename Body>
+int guarded(char* err, size_t err_len, Body&& body) {
+  try {
+    if (!at::accelerator::getAccelerator(false).has_value()) return kNoAccelerator;
+    body();
+    return kOk;
+  } catch (const std::exception& e) {
+    copy_error(e.what(), err, err_len);
+    return kError;
+  } catch (...) {
+    copy_error("unknown C++ exception", err, err_len);
+    return kError;
+  }
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -27,16 +62,8 @@ struct SegAllocStats {
   int64_t device_total;
 };
 
-static void copy_error(const char* what, char* err, size_t err_len) {
-  if (err == nullptr || err_len == 0) return;
-  std::strncpy(err, what, err_len - 1);
-  err[err_len - 1] = '\0';
-}
-
-// Returns 0 on success, 1 when there is no accelerator, 2 on error (message in err).
 int seg_alloc_stats(int device_index, SegAllocStats* out, char* err, size_t err_len) {
-  try {
-    if (!at::accelerator::getAccelerator(false).has_value()) return 1;
+  return guarded(err, err_len, [&] {
     auto idx = static_cast<c10::DeviceIndex>(device_index);
     auto stats = at::accelerator::getDeviceStats(idx);
     const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -50,41 +77,48 @@ int seg_alloc_stats(int device_index, SegAllocStats* out, char* err, size_t err_
     auto info = at::accelerator::getMemoryInfo(idx);
     out->device_free = static_cast<int64_t>(info.first);
     out->device_total = static_cast<int64_t>(info.second);
-    return 0;
-  } catch (const std::exception& e) {
-    copy_error(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_error("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  });
 }
 
 int seg_reset_peak_stats(int device_index, char* err, size_t err_len) {
-  try {
-    if (!at::accelerator::getAccelerator(false).has_value()) return 1;
+  return guarded(err, err_len, [&] {
     at::accelerator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
-    return 0;
-  } catch (const std::exception& e) {
-    copy_error(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_error("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  });
 }
 
 int seg_empty_cache(char* err, size_t err_len) {
+  return guarded(err, err_len, [] { at::accelerator::emptyCache(); });
+}
+
+// Records a timing event on the current stream of `device_index`; the caller
+// owns *out and frees it with seg_event_free.
+int seg_event_record(int device_index, void** out, char* err, size_t err_len) {
+  *out = nullptr;
+  return guarded(err, err_len, [&] {
+    auto idx = static_cast<c10::DeviceIndex>(device_index);
+    auto device_type = at::accelerator::getAccelerator(true).value();
+    auto event = std::make_unique<c10::Event>(device_type, c10::EventFlag::BACKEND_DEFAULT);
+    event->record(at::accelerator::getCurrentStream(idx));
+    *out = event.release();
+  });
+}
+
+// Blocks the calling thread until the stream has passed the event.
+int seg_event_synchronize(void* event, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] { static_cast<c10::Event*>(event)->synchronize(); });
+}
+
+// Milliseconds of device time from `start` to `end` (both passed).
+int seg_event_elapsed_ms(void* start, void* end, double* out, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    *out = static_cast<c10::Event*>(start)->elapsedTime(*static_cast<c10::Event*>(end));
+  });
+}
+
+void seg_event_free(void* event) {
   try {
-    if (!at::accelerator::getAccelerator(false).has_value()) return 1;
-    at::accelerator::emptyCache();
-    return 0;
-  } catch (const std::exception& e) {
-    copy_error(e.what(), err, err_len);
-    return 2;
+    delete static_cast<c10::Event*>(event);
   } catch (...) {
-    copy_error("unknown C++ exception", err, err_len);
-    return 2;
   }
 }
 

@@ -4,6 +4,7 @@
 mod bucketing;
 mod cli;
 mod config;
+mod cpu;
 mod message;
 mod pipeline;
 mod reader;

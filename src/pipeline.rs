@@ -67,6 +67,7 @@ pub fn run(
         inputs,
         model,
     } = load_model(config)?;
+    let channels_last = model.channels_last();
     let mut config = config.clone();
     let calibration = if config.auto_budget {
         Some(calibrate_budget(&mut config, &model, &inputs)?)
@@ -99,6 +100,7 @@ pub fn run(
     let settings = RunSettings {
         device,
         cudnn_benchmark,
+        channels_last,
         allocator_conf,
         calibration,
     };
@@ -213,6 +215,7 @@ pub fn describe_calibration(c: &Calibration, allocator: Option<&str>) -> String 
 struct RunSettings {
     device: tch::Device,
     cudnn_benchmark: bool,
+    channels_last: bool,
     allocator_conf: Option<String>,
     calibration: Option<Calibration>,
 }
@@ -251,12 +254,13 @@ fn run_stages(
         cancel.store(true, Ordering::Relaxed);
         e
     };
+    let decode_pool = &config.readers.decode_pool()?;
     std::thread::scope(|scope| {
         let readers: Vec<_> = (0..n_readers)
             .map(|_| {
                 let (units, out) = (units.clone(), chunk_tx.clone());
                 scope.spawn(move || {
-                    reader::run_reader(&config.readers, plan, units, out, cancel)
+                    reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
                         .map_err(|e| fail(e.into()))
                 })
             })
@@ -389,6 +393,7 @@ fn finish_run(
     let RunSettings {
         device,
         cudnn_benchmark,
+        channels_last,
         allocator_conf,
         calibration,
     } = settings;
@@ -434,6 +439,7 @@ fn finish_run(
         final_max_segments: Some(budget.load(Ordering::Relaxed)).filter(|&b| b != usize::MAX),
         size_classes: bucketing.size_classes.clone(),
         cudnn_benchmark,
+        channels_last,
         allocator_conf: device.is_cuda().then_some(allocator_conf).flatten(),
         oom_events: worker.oom_events,
         oom_rejected_rows: rejects
@@ -449,6 +455,7 @@ fn finish_run(
             model: secs(worker.busy),
             writers: writers.iter().map(|w| secs(w.busy)).sum(),
         },
+        device_busy_share: crate::report::device_busy_share(&worker.batches, wall_s),
         peak_rss_bytes: crate::report::peak_rss_bytes(),
         memory: memory_summary(&worker.batches),
         strategy: format!("{:?}", config.bucketing.strategy),

@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     ap.add_argument("--json", required=True)
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke test)")
+    ap.add_argument("--channels-last", action="store_true", help="weights in channels-last memory format")
     args = ap.parse_args()
     started = time.perf_counter()
     dev = torch.device(args.device)
@@ -90,6 +91,8 @@ def main() -> None:
     dtype = DTYPES[args.dtype]
     labels = Path(args.labels).read_text(encoding="utf-8").splitlines()
     model = torch.jit.load(args.model, map_location=dev).to(dtype).eval()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     pf = pq.ParquetFile(args.input)
     rows_iter = (row for rb in pf.iter_batches(batch_size=8192, columns=["id", "segments", "tags"]) for row in decode(rb))
     batches = batches_by_rows(rows_iter, args.rows) if args.policy == "rows" else batches_by_budget(rows_iter, args.budget)
@@ -147,6 +150,7 @@ def main() -> None:
         "tool": "plain-pytorch",
         "policy": args.policy,
         "dtype": args.dtype,
+        "channels_last": args.channels_last,
         "rows": n_rows,
         "segments": n_segments,
         "wall_s": wall,

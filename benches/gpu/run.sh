@@ -19,7 +19,7 @@ export LD_LIBRARY_PATH=$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT" "$WORK/runs"
 RUNS=$WORK/runs
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; "$BIN" --version
+(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"); "$BIN" --version
 $PY -c "import torch;print('torch',torch.__version__)"; echo "cores $(nproc)"
 rm -rf "$WORK/runs"/*
 $PY benches/gpu/make_data.py --rows "$ROWS" --out "$WORK/input.parquet"
@@ -68,18 +68,22 @@ segpredict_case() { # NAME PIPELINE OUTDIR [ARGS...]
 }
 segpredict_case segpredict-budget $P/seed-budget.toml "$WORK/sp-budget"
 segpredict_case segpredict-budget-cudnn-benchmark $P/seed-budget-cudnn.toml "$WORK/sp-budget-cudnn"
-segpredict_case segpredict-budget-channels-last $P/seed-budget-channels-last.toml "$WORK/sp-budget-cl"
+segpredict_case segpredict-budget-nchw $P/seed-budget-nchw.toml "$WORK/sp-budget-nchw"
 if [ "$DEVICE" != cpu ]; then
   segpredict_case segpredict-auto $P/seed-budget.toml "$WORK/sp-auto" --gpu-memory "$TARGET"
 fi
 segpredict_case segpredict-rows $P/seed-rows.toml "$WORK/sp-rows"
-for policy in budget rows; do
-  wanted python-$policy || continue
-  run_case python-$policy $PY $P/plain_pytorch.py --model models/digits-seed.pt --labels models/digits-seed.labels.txt \
-    --input "$WORK/input.parquet" --output "$WORK/py-$policy.parquet" --policy $policy --rows 32 --budget 16384 \
-    --dtype bf16 --json "$RUNS/python-$policy.json" --device "$DEVICE"
-  [ -f "$WORK/py-$policy.parquet" ] && check_ids python-$policy "$WORK/py-$policy.parquet"
-done
+python_case() { # NAME POLICY [ARGS...]
+  local name=$1 policy=$2; shift 2
+  wanted "$name" || return 0
+  run_case "$name" $PY $P/plain_pytorch.py --model models/digits-seed.pt --labels models/digits-seed.labels.txt \
+    --input "$WORK/input.parquet" --output "$WORK/$name.parquet" --policy "$policy" --rows 32 --budget 16384 \
+    --dtype bf16 --json "$RUNS/$name.json" --device "$DEVICE" "$@"
+  [ -f "$WORK/$name.parquet" ] && check_ids "$name" "$WORK/$name.parquet"
+}
+python_case python-budget budget
+python_case python-budget-channels-last budget --channels-last
+python_case python-rows rows
 if [ "$DEVICE" != cpu ] && wanted calibrate; then
   "$BIN" calibrate $P/seed-budget.toml --gpu-memory "$TARGET" --json "$OUT/calibration.json" > "$OUT/calibration.txt" 2>&1 || FAILED="$FAILED calibrate"
   cat "$OUT/calibration.txt"
@@ -88,4 +92,6 @@ fi
 $PY $P/summarize.py "$RUNS" "$OUT"
 cp "$WORK/sp-budget/_report.svg" "$OUT/segpredict-budget.svg" 2>/dev/null || true
 cp "$WORK/sp-rows/_report.svg" "$OUT/segpredict-rows.svg" 2>/dev/null || true
+# Every run's own per-batch records, for a second look.
+tar -czf "$OUT/runs.tar.gz" -C "$RUNS" . 2>/dev/null || true
 if [ -n "$FAILED" ]; then echo "failed:$FAILED"; exit 1; fi

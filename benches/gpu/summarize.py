@@ -76,6 +76,7 @@ def summarise(run_dir: Path, name: str):
         "tool": data.get("tool", "segpredict"),
         "policy": data.get("policy", data.get("strategy")),
         "dtype": data.get("dtype", data.get("model_dtype")),
+        "layout": "channels_last" if data.get("channels_last") else "nchw",
         "rows": data.get("rows", data.get("rows_out")),
         "segments": segments,
         "batches": len(records),
@@ -84,9 +85,9 @@ def summarise(run_dir: Path, name: str):
         "segments_per_s": round(sps),
         "fraction_of_compute_limit": round(sps / COMPUTE_LIMIT_SEGS, 3),
         "gpu_util_nvidia_smi": util(run_dir / f"{name}.util"),
-        "model_busy_share": round(
-            data.get("model_busy_share", data.get("busy_s", {}).get("model", 0) / wall), 3
-        ),
+        # Device time per batch (CUDA events) summed over wall time: segpredict's
+        # device_busy_share; the baseline times its model call the same way.
+        "gpu_busy_cuda_events": round(data.get("device_busy_share", data.get("model_busy_share", 0)) or 0, 3),
         "max_rss_mib": max_rss_mib(run_dir / f"{name}.time"),
         "max_segments": data.get("final_max_segments"),
         **memory(records),
@@ -130,8 +131,8 @@ def svg(runs, path: Path):
 
 
 def markdown(rows):
-    cols = ["run", "policy", "dtype", "segments_per_s", "fraction_of_compute_limit", "gpu_util_nvidia_smi",
-            "model_busy_share", "peak_allocated_mib", "peak_reserved_mib", "reserved_over_allocated",
+    cols = ["run", "policy", "dtype", "layout", "segments_per_s", "fraction_of_compute_limit", "gpu_util_nvidia_smi",
+            "gpu_busy_cuda_events", "peak_allocated_mib", "peak_reserved_mib", "reserved_over_allocated",
             "growth_events_after_warmup", "distinct_batch_shapes", "max_rss_mib"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:

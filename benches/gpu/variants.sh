@@ -1,26 +1,51 @@
 #!/usr/bin/env bash
-# Which model-worker settings make segpredict fastest on this GPU: the budget
-# pipeline with cuDNN benchmark and TorchScript's profiling executor each on
-# and off, beside the plain-PyTorch budget pipeline, on the same data.
+# Repeated rounds of the throughput comparison (the machine is noisy, so
+# medians): segpredict's budget pipeline with its defaults (channels-last on
+# CUDA) and with NCHW weights, beside the plain-PyTorch budget pipeline with
+# NCHW and channels-last weights, on the same data. Prints a median table.
 #   SEGPREDICT=path/to/segpredict bash benches/gpu/variants.sh
 set -euo pipefail
 OUT=${OUT:-out/gpu-variants}; ROWS=${ROWS:-200000}; BIN=${SEGPREDICT:?}; PY=${PYTHON:-python3}
-WORK=${WORK:-/tmp/segpredict-variants}; P=benches/gpu
+WORK=${WORK:-/tmp/segpredict-variants}; P=benches/gpu; ROUNDS=${ROUNDS:-3}
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 mkdir -p "$OUT" "$WORK"
-$PY $P/make_data.py --rows "$ROWS" --out "$WORK/input.parquet"
+[ -f "$WORK/input.parquet" ] || $PY $P/make_data.py --rows "$ROWS" --out "$WORK/input.parquet"
 variant() { # NAME then lines appended to [model]
   local name=$1; shift
   sed "s|^dtype = \"bf16\"|dtype = \"bf16\"\n$*|" $P/seed-budget.toml > $P/.variant-$name.toml
-  "$BIN" run $P/.variant-$name.toml --input "$WORK/input.parquet" --output "$WORK/$name" 2>&1 | grep -E "segments/s|GPU memory"
+  "$BIN" run $P/.variant-$name.toml --input "$WORK/input.parquet" --output "$WORK/$name" --device "${DEVICE:-cuda}" 2>&1 | grep -E "segments/s|GPU busy|GPU memory"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['segments_per_s'])" \
+    "$WORK/$name/_report.json" "$name" >> "$OUT/rounds.txt"
   rm -f $P/.variant-$name.toml
 }
-for round in 1 2; do
+baseline() { # NAME [ARGS...]
+  local name=$1; shift
+  $PY $P/plain_pytorch.py --model models/digits-seed.pt --labels models/digits-seed.labels.txt \
+    --input "$WORK/input.parquet" --output "$WORK/$name.parquet" --policy budget --budget 16384 --dtype bf16 \
+    --json "$WORK/$name.json" --device "${DEVICE:-cuda}" "$@"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['segments'] / d['wall_s'])" \
+    "$WORK/$name.json" "$name" >> "$OUT/rounds.txt"
+}
+rm -f "$OUT/rounds.txt"
+for round in $(seq "$ROUNDS"); do
   echo "== round $round"
-  echo "-- default"; variant default ""
-  echo "-- no cudnn benchmark"; variant nobench "cudnn_benchmark = false"
-  echo "-- no jit profiling"; variant noprof "jit_profiling = false"
-  echo "-- neither"; variant neither "cudnn_benchmark = false\njit_profiling = false"
-  echo "-- python budget"; $PY $P/plain_pytorch.py --model models/digits-seed.pt --labels models/digits-seed.labels.txt \
-    --input "$WORK/input.parquet" --output "$WORK/py.parquet" --policy budget --budget 16384 --dtype bf16 --json "$WORK/py.json"
+  echo "-- segpredict (defaults)"; variant segpredict ""
+  echo "-- segpredict, NCHW weights"; variant segpredict-nchw "channels_last = false"
+  echo "-- python budget"; baseline python-budget
+  echo "-- python budget, channels-last"; baseline python-budget-channels-last --channels-last
 done
+python3 - "$OUT/rounds.txt" <<'PY' | tee "$OUT/medians.md"
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, sps = line.split()
+    runs.setdefault(name, []).append(float(sps))
+med = {k: statistics.median(v) for k, v in runs.items()}
+print("| run | rounds | median segments/s | min | max |\n|---|---|---|---|---|")
+for k, v in runs.items():
+    print(f"| {k} | {len(v)} | {med[k]:,.0f} | {min(v):,.0f} | {max(v):,.0f} |")
+print()
+for ours in [k for k in med if k.startswith("segpredict")]:
+    for base in [k for k in med if k.startswith("python")]:
+        print(f"- {ours} / {base}: {med[ours] / med[base]:.2f}x (medians)")
+PY

@@ -35,6 +35,12 @@ pub struct ReaderConfig {
     /// record batch in memory.
     #[serde(default)]
     pub threads: usize,
+    /// Threads that turn record batches into rows, one pool shared by the
+    /// reader threads; 0 picks a quarter of the cores (1 to 8). Default 0.
+    /// Decoding on every core starves the model worker of the CPU it needs
+    /// to keep the GPU busy.
+    #[serde(default)]
+    pub decode_threads: usize,
     /// Rows per decoded record batch. Default 1024. Larger batches cost
     /// memory per reader thread and make backpressure coarser.
     #[serde(default = "default_batch_rows")]
@@ -119,6 +125,24 @@ impl ReaderConfig {
             0 => num_cpus::get().clamp(1, 8),
             n => n,
         }
+    }
+
+    pub fn effective_decode_threads(&self) -> usize {
+        match self.decode_threads {
+            0 => (num_cpus::get() / 4).clamp(1, 8),
+            n => n,
+        }
+    }
+
+    /// The pool that decodes rows; its threads run at the feeders' lower
+    /// priority.
+    pub fn decode_pool(&self) -> Result<rayon::ThreadPool, ReaderError> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(self.effective_decode_threads())
+            .thread_name(|i| format!("decode-{i}"))
+            .start_handler(|_| crate::cpu::lower_this_thread())
+            .build()
+            .map_err(|e| ReaderError::Config(format!("starting the decode threads: {e}")))
     }
 
     /// Finds the input files and checks every file's columns before any row
@@ -211,16 +235,18 @@ pub struct ReaderStats {
 pub fn run_reader(
     config: &ReaderConfig,
     plan: &ReadPlan,
+    decode_pool: &rayon::ThreadPool,
     units: Receiver<UnitHandle>,
     out: Sender<RowChunk>,
     cancel: &AtomicBool,
 ) -> Result<ReaderStats, ReaderError> {
+    crate::cpu::lower_this_thread();
     let mut stats = ReaderStats::default();
     while let Ok(UnitHandle(unit)) = units.recv() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
-        if !read_unit(config, plan, unit, &out, cancel, &mut stats)? {
+        if !read_unit(config, plan, decode_pool, unit, &out, cancel, &mut stats)? {
             break;
         }
     }
@@ -231,6 +257,7 @@ pub fn run_reader(
 fn read_unit(
     config: &ReaderConfig,
     plan: &ReadPlan,
+    decode_pool: &rayon::ThreadPool,
     unit: Unit,
     out: &Sender<RowChunk>,
     cancel: &AtomicBool,
@@ -261,7 +288,8 @@ fn read_unit(
         }
         let started = std::time::Instant::now();
         let batch = batch.map_err(|e| decode_error(e.to_string()))?;
-        let chunk = decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row)
+        let chunk = decode_pool
+            .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row))
             .map_err(decode_error)?;
         next_row += batch.num_rows() as u64;
         stats.rows += batch.num_rows() as u64;

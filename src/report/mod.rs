@@ -32,6 +32,8 @@ pub struct RunReport {
     pub final_max_segments: Option<usize>,
     pub size_classes: Vec<usize>,
     pub cudnn_benchmark: bool,
+    /// Whether the weights ran channels-last (`[model] channels_last`).
+    pub channels_last: bool,
     pub allocator_conf: Option<String>,
     pub oom_events: u64,
     pub oom_rejected_rows: u64,
@@ -39,6 +41,10 @@ pub struct RunReport {
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
+    /// Device time of all batches (CUDA events around each) over the run's
+    /// wall time: how busy the GPU was kept. Absent on CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_busy_share: Option<f64>,
     /// The process's peak resident memory (Linux `VmHWM`), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
@@ -82,6 +88,16 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Summed device time of the batches over `wall_s`; `None` when no batch
+/// was timed on a device.
+pub fn device_busy_share(records: &[BatchRecord], wall_s: f64) -> Option<f64> {
+    let times: Vec<f64> = records.iter().filter_map(|r| r.device_ms).collect();
+    if times.is_empty() || wall_s <= 0.0 {
+        return None;
+    }
+    Some(times.iter().sum::<f64>() / 1e3 / wall_s)
 }
 
 /// Batches of warm-up: the first batch of each distinct shape may reserve.
@@ -183,6 +199,9 @@ impl RunReport {
             self.busy_s.model,
             self.busy_s.writers,
         );
+        if let Some(share) = self.device_busy_share {
+            s += &format!("GPU busy {:.0}% of the run\n", share * 100.0);
+        }
         if let Some(m) = &self.memory {
             s += &format!(
                 "GPU memory: peak allocated {} MiB, peak reserved {} MiB, growth events after warm-up {}\n",

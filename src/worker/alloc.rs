@@ -1,9 +1,10 @@
-//! The caching allocator's statistics, through `csrc/alloc_stats.cpp`.
+//! The caching allocator's statistics and device events, through
+//! `csrc/alloc_stats.cpp`.
 //!
 //! tch binds none of these; the shim catches every C++ exception and answers
 //! "no accelerator" as an ordinary value, so on CPU the stats are `None`.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use serde::Serialize;
 
@@ -30,6 +31,21 @@ extern "C" {
     ) -> c_int;
     fn seg_reset_peak_stats(device_index: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn seg_empty_cache(err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_event_record(
+        device_index: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn seg_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_event_elapsed_ms(
+        start: *mut c_void,
+        end: *mut c_void,
+        out: *mut f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn seg_event_free(event: *mut c_void);
     fn seg_inference_mode_enter() -> *mut std::ffi::c_void;
     fn seg_inference_mode_exit(guard: *mut std::ffi::c_void);
 }
@@ -122,4 +138,50 @@ pub fn empty_cache() -> Result<(), String> {
     // SAFETY: `err` outlives the call.
     let code = unsafe { seg_empty_cache(err.as_mut_ptr(), ERR_LEN) };
     shim_result(code, &err).map(|_| ())
+}
+
+/// A timing event recorded on the device's current stream: the device passes
+/// it once everything queued before it has run. Not `Send`: it stays with the
+/// worker thread that records and waits on it.
+pub struct DeviceEvent {
+    event: *mut c_void,
+}
+
+impl DeviceEvent {
+    /// Records an event on CUDA device `index`; `Ok(None)` without an accelerator.
+    pub fn record(index: usize) -> Result<Option<Self>, String> {
+        let mut event = std::ptr::null_mut();
+        let mut err = [0 as c_char; ERR_LEN];
+        let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+        // SAFETY: `event` and `err` outlive the call; the shim sets `event`
+        // to a heap event only when it returns 0.
+        let code = unsafe { seg_event_record(index, &mut event, err.as_mut_ptr(), ERR_LEN) };
+        Ok(shim_result(code, &err)?.then_some(Self { event }))
+    }
+
+    /// Blocks until the device has passed this event.
+    pub fn synchronize(&self) -> Result<(), String> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: `self.event` is a live event made by seg_event_record.
+        let code = unsafe { seg_event_synchronize(self.event, err.as_mut_ptr(), ERR_LEN) };
+        shim_result(code, &err).map(|_| ())
+    }
+
+    /// Device milliseconds from `self` to `end`; both must have been passed.
+    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f64, String> {
+        let mut ms = 0.0;
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: both events are live; `ms` and `err` outlive the call.
+        let code = unsafe {
+            seg_event_elapsed_ms(self.event, end.event, &mut ms, err.as_mut_ptr(), ERR_LEN)
+        };
+        shim_result(code, &err).map(|_| ms)
+    }
+}
+
+impl Drop for DeviceEvent {
+    fn drop(&mut self) {
+        // SAFETY: made by seg_event_record and freed once, here.
+        unsafe { seg_event_free(self.event) }
+    }
 }

@@ -214,7 +214,7 @@ impl Worker {
         alloc::reset_peaks(cuda_index).map_err(WorkerError::Stats)?;
         let batch = synthetic_batch(inputs, total);
         for _ in 0..2 {
-            match self.forward(&batch) {
+            match self.forward(&batch).and_then(|launched| launched.wait()) {
                 Ok(_) => {}
                 Err(e) if super::is_out_of_memory(&e) => return Ok(None),
                 Err(e) => {

@@ -54,11 +54,11 @@ pub struct ModelConfig {
     #[serde(default = "default_true")]
     pub oom_recovery: bool,
     /// Convert the model's 4-D weights to channels-last memory layout, so
-    /// convolutions run NHWC (tensor cores on recent GPUs favour it; about
-    /// 1.45x for the seed's convs in bf16 on an H200, ../shared/GPU.md).
-    /// Default false. The numbers are the same up to rounding.
-    #[serde(default)]
-    pub channels_last: bool,
+    /// convolutions run NHWC (tensor cores on recent GPUs favour it: 1.45x
+    /// faster and half the memory for the seed's convs in bf16 on an H200,
+    /// benches/gpu/RESULTS.md). Default: on for CUDA, off for CPU. The
+    /// numbers are the same up to rounding.
+    pub channels_last: Option<bool>,
     /// TorchScript's profiling executor, which specialises the graph to the
     /// shapes it has seen. Default true (libtorch's default). Batches whose
     /// row count varies can make it re-profile; turning it off uses the
@@ -170,6 +170,7 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
 /// What the worker needs besides its channels, built before any thread starts.
 pub struct Worker {
     model: Model,
+    channels_last: bool,
     oom_recovery: bool,
     fault_oom_above: Option<usize>,
 }
@@ -182,8 +183,13 @@ pub struct BatchRecord {
     pub segments: usize,
     pub padded_segments: usize,
     pub flush_reason: &'static str,
-    /// Host wall time of the forward pass, inputs to answers on the host.
+    /// Host wall time from queueing the batch to its answers on the host
+    /// (it overlaps the next batch's queueing).
     pub wall_ms: f64,
+    /// Device time of the batch (see [`model::Predicted::device_ms`]);
+    /// absent on CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_ms: Option<f64>,
     /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
     pub split_depth: u32,
     /// Absent on CPU (not zero): there is no caching allocator to read.
@@ -191,12 +197,27 @@ pub struct BatchRecord {
     pub memory: Option<MemoryStats>,
 }
 
+/// A batch queued on the device whose answers have not been collected.
+struct InFlight {
+    batch: Batch,
+    launched: model::Launched,
+    split_depth: u32,
+    started: Instant,
+    memory: Option<MemoryStats>,
+}
+
+enum Launch {
+    Queued(InFlight),
+    /// The model failed while queueing (an out-of-memory shows here).
+    Failed(Batch, tch::TchError),
+}
+
 /// What the worker reports when it ends.
 #[derive(Debug, Default)]
 pub struct WorkerReport {
     pub batches: Vec<BatchRecord>,
     pub oom_events: u64,
-    /// Time in forward passes (inputs to answers on the host).
+    /// Time queueing batches and waiting for their answers.
     pub busy: Duration,
 }
 
@@ -214,7 +235,8 @@ impl Worker {
             }
         })?;
         let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
-        if config.channels_last {
+        let channels_last = config.channels_last.unwrap_or(device.is_cuda());
+        if channels_last {
             model
                 .to_channels_last()
                 .map_err(|e| WorkerError::ModelLoad {
@@ -224,6 +246,7 @@ impl Worker {
         }
         Ok(Self {
             model,
+            channels_last,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         })
@@ -231,6 +254,10 @@ impl Worker {
 
     /// Runs until the batch channel closes or the run is cancelled. `budget`
     /// is lowered here after an out-of-memory; the bucketing stage reads it.
+    ///
+    /// One batch is kept in flight: batch k+1 is uploaded and queued while
+    /// batch k still runs on the device, and k's answers are collected after.
+    /// The device then never waits for the host's per-batch work.
     pub fn run(
         self,
         batches: Receiver<Batch>,
@@ -244,33 +271,75 @@ impl Worker {
         let _no_grad = tch::no_grad_guard();
         let _inference = alloc::InferenceModeGuard::enter();
         let mut report = WorkerReport::default();
+        let mut in_flight: Option<InFlight> = None;
         for batch in batches {
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
-            if !self.run_batch(batch, 0, &out, budget, &mut report)? {
-                break;
+            let writers_open = match self.launch(batch, 0, &mut report)? {
+                Launch::Queued(next) => match in_flight.replace(next) {
+                    Some(previous) => self.finish(previous, &out, budget, &mut report)?,
+                    None => true,
+                },
+                Launch::Failed(batch, error) => {
+                    // Collect what is queued first: its answers are due, and
+                    // recovery empties the cache.
+                    let previous_sent = match in_flight.take() {
+                        Some(previous) => self.finish(previous, &out, budget, &mut report)?,
+                        None => true,
+                    };
+                    previous_sent && self.recover(batch, 0, error, &out, budget, &mut report)?
+                }
+            };
+            if !writers_open {
+                return Ok(report);
             }
+        }
+        if let Some(last) = in_flight {
+            self.finish(last, &out, budget, &mut report)?;
         }
         Ok(report)
     }
 
-    /// Predicts one batch (splitting it on out-of-memory); false when the
-    /// writers have gone.
-    fn run_batch(
+    /// Queues one batch on the device. Memory statistics are read right
+    /// after: allocations happen when operations are queued, so the window
+    /// between the peak reset and the read covers this batch's.
+    fn launch(
         &self,
         batch: Batch,
         split_depth: u32,
+        report: &mut WorkerReport,
+    ) -> Result<Launch, WorkerError> {
+        self.reset_peaks()?;
+        let started = Instant::now();
+        let launched = self.forward(&batch);
+        report.busy += started.elapsed();
+        Ok(match launched {
+            Ok(launched) => Launch::Queued(InFlight {
+                memory: self.memory_stats()?,
+                batch,
+                launched,
+                split_depth,
+                started,
+            }),
+            Err(error) => Launch::Failed(batch, error),
+        })
+    }
+
+    /// Waits for a queued batch's answers and sends them to the writers;
+    /// false when the writers have gone.
+    fn finish(
+        &self,
+        flight: InFlight,
         out: &Sender<WriterMsg>,
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
-        self.reset_peaks()?;
-        let started = Instant::now();
-        let result = self.forward(&batch);
-        let elapsed = started.elapsed();
-        report.busy += elapsed;
-        match result {
+        let waiting = Instant::now();
+        let answers = flight.launched.wait();
+        report.busy += waiting.elapsed();
+        let batch = flight.batch;
+        match answers {
             Ok(predicted) => {
                 report.batches.push(BatchRecord {
                     seq: batch.seq,
@@ -278,9 +347,10 @@ impl Worker {
                     segments: batch.n_segments,
                     padded_segments: batch.padded_segments,
                     flush_reason: batch.flush_reason,
-                    wall_ms: elapsed.as_secs_f64() * 1e3,
-                    split_depth,
-                    memory: self.memory_stats()?,
+                    wall_ms: flight.started.elapsed().as_secs_f64() * 1e3,
+                    device_ms: predicted.device_ms,
+                    split_depth: flight.split_depth,
+                    memory: flight.memory,
                 });
                 let predictions = Predictions {
                     rows: batch.rows,
@@ -289,17 +359,49 @@ impl Worker {
                 };
                 Ok(out.send(WriterMsg::Predictions(predictions)).is_ok())
             }
-            Err(e) if self.oom_recovery && is_out_of_memory(&e) => {
-                report.oom_events += 1;
-                self.recover_from_oom(batch, split_depth, &e, out, budget, report)
-            }
-            Err(e) => Err(WorkerError::Forward {
-                seq: batch.seq,
-                rows: batch.rows.len(),
-                segments: batch.n_segments,
-                message: model_error_line(&e),
-            }),
+            Err(error) => self.recover(batch, flight.split_depth, error, out, budget, report),
         }
+    }
+
+    /// Predicts one batch start to finish (the recovery path runs its pieces
+    /// one at a time); false when the writers have gone.
+    fn run_batch(
+        &self,
+        batch: Batch,
+        split_depth: u32,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        match self.launch(batch, split_depth, report)? {
+            Launch::Queued(flight) => self.finish(flight, out, budget, report),
+            Launch::Failed(batch, error) => {
+                self.recover(batch, split_depth, error, out, budget, report)
+            }
+        }
+    }
+
+    /// An out-of-memory is recovered from (when allowed); any other model
+    /// error ends the run, naming the batch.
+    fn recover(
+        &self,
+        batch: Batch,
+        split_depth: u32,
+        error: tch::TchError,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        if self.oom_recovery && is_out_of_memory(&error) {
+            report.oom_events += 1;
+            return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
+        }
+        Err(WorkerError::Forward {
+            seq: batch.seq,
+            rows: batch.rows.len(),
+            segments: batch.n_segments,
+            message: model_error_line(&error),
+        })
     }
 
     fn recover_from_oom(
@@ -355,7 +457,7 @@ impl Worker {
         }
     }
 
-    fn forward(&self, batch: &Batch) -> Result<model::Predicted, tch::TchError> {
+    fn forward(&self, batch: &Batch) -> Result<model::Launched, tch::TchError> {
         if let Some(limit) = self.fault_oom_above {
             if batch.padded_segments > limit {
                 return Err(tch::TchError::Torch(format!(
@@ -364,7 +466,12 @@ impl Worker {
                 )));
             }
         }
-        self.model.predict(batch)
+        self.model.launch(batch)
+    }
+
+    /// Whether the weights were laid out channels-last.
+    pub fn channels_last(&self) -> bool {
+        self.channels_last
     }
 
     fn cuda_index(&self) -> Option<usize> {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use tch::{CModule, Device, Kind, Tensor};
 
+use super::alloc::DeviceEvent;
 use super::{ModelDtype, WorkerError};
 use crate::message::{Batch, BatchExtra, InputSpec, SegmentDtype};
 
@@ -22,6 +23,39 @@ pub struct Model {
 pub struct Predicted {
     pub label_ids: Vec<i32>,
     pub scores: Vec<f32>,
+    /// Device milliseconds from the batch's first queued operation to its
+    /// answers reaching the host (idle gaps inside the batch included);
+    /// `None` on CPU.
+    pub device_ms: Option<f64>,
+}
+
+/// A forward pass queued on the device, its answers on their way to the host.
+pub struct Launched {
+    scores: Tensor,
+    ids: Tensor,
+    start: Option<DeviceEvent>,
+    done: Option<DeviceEvent>,
+}
+
+impl Launched {
+    /// Blocks until the answers are on the host. Errors of kernels that
+    /// failed on the device surface here.
+    pub fn wait(self) -> Result<Predicted, tch::TchError> {
+        let device_ms = match (&self.start, &self.done) {
+            (Some(start), Some(done)) => {
+                done.synchronize().map_err(tch::TchError::Torch)?;
+                Some(start.elapsed_ms(done).map_err(tch::TchError::Torch)?)
+            }
+            _ => None,
+        };
+        let scores = Vec::<f32>::try_from(&self.scores)?;
+        let ids = Vec::<i64>::try_from(&self.ids)?;
+        Ok(Predicted {
+            label_ids: ids.into_iter().map(|i| i as i32).collect(),
+            scores,
+            device_ms,
+        })
+    }
 }
 
 impl Model {
@@ -65,10 +99,17 @@ impl Model {
         let mut converted = 0;
         for (_, mut parameter) in self.module.named_parameters()? {
             if parameter.dim() == 4 {
-                let nhwc = parameter
-                    .f_permute([0, 2, 3, 1])?
-                    .f_contiguous()?
-                    .f_permute([0, 3, 1, 2])?;
+                // Explicit strides, not permute-contiguous-permute: for a
+                // one-channel weight (the stem) `contiguous()` is a no-op
+                // that keeps NCHW strides, and the whole network then runs
+                // NCHW (1.3x slower on the H200).
+                let size = parameter.size();
+                let mut nhwc = Tensor::f_empty_strided(
+                    &size,
+                    channels_last_strides(&size),
+                    (parameter.kind(), parameter.device()),
+                )?;
+                nhwc.f_copy_(&parameter)?;
                 // The handle shares the module's tensor, so this re-lays the
                 // module's own weight.
                 parameter.f_set_data(&nhwc)?;
@@ -91,8 +132,13 @@ impl Model {
         Ok(converted)
     }
 
-    /// Runs the model on `batch`; the caller holds the no-grad guard.
-    pub fn predict(&self, batch: &Batch) -> Result<Predicted, tch::TchError> {
+    /// Queues the model on `batch` and the copy of its answers to the host,
+    /// without waiting for the device: the caller prepares the next batch
+    /// while this one runs, and calls [`Launched::wait`] for the answers.
+    /// On CPU everything has run when this returns. The caller holds the
+    /// no-grad guard.
+    pub fn launch(&self, batch: &Batch) -> Result<Launched, tch::TchError> {
+        let start = self.record_event()?;
         let inputs = self.inputs(batch)?;
         let logits = self.module.forward_ts(&inputs)?;
         let n_rows = batch.rows.len() as i64;
@@ -105,50 +151,70 @@ impl Model {
         }
         let probs = logits.f_softmax(-1, Kind::Float)?;
         let (scores, ids) = probs.f_max_dim(-1, false)?;
-        let scores: Vec<f32> = Vec::try_from(scores.f_to_device(Device::Cpu)?)?;
-        let ids: Vec<i64> = Vec::try_from(ids.f_to_device(Device::Cpu)?)?;
-        Ok(Predicted {
-            label_ids: ids.into_iter().map(|i| i as i32).collect(),
+        // Non-blocking copies land in pinned host memory; `done` marks when.
+        let non_blocking = self.device.is_cuda();
+        let scores = scores.f_to_device_(Device::Cpu, Kind::Float, non_blocking, false)?;
+        let ids = ids.f_to_device_(Device::Cpu, Kind::Int64, non_blocking, false)?;
+        let done = self.record_event()?;
+        Ok(Launched {
             scores,
+            ids,
+            start,
+            done,
         })
+    }
+
+    fn record_event(&self) -> Result<Option<DeviceEvent>, tch::TchError> {
+        match self.device {
+            Device::Cuda(index) => DeviceEvent::record(index).map_err(tch::TchError::Torch),
+            _ => Ok(None),
+        }
     }
 
     /// `forward(segments, segment_counts, *extras)`, every tensor on the device.
     fn inputs(&self, batch: &Batch) -> Result<Vec<Tensor>, tch::TchError> {
         let mut shape = vec![batch.padded_segments as i64];
         shape.extend_from_slice(&self.segment_shape);
-        let segments = Tensor::f_from_data_size(&batch.segments, &shape, self.segment_kind())?
-            .f_to_device(self.device)?
-            .f_to_kind(self.kind)?;
+        let segments = Tensor::f_from_data_size(&batch.segments, &shape, self.segment_kind())?;
         let mut inputs = vec![
-            segments,
-            self.on_device(Tensor::f_from_slice(&batch.segment_counts)?)?,
+            self.upload(segments)?.f_to_kind(self.kind)?,
+            self.upload(Tensor::f_from_slice(&batch.segment_counts)?)?,
         ];
         for extra in &batch.extras {
             match extra {
                 BatchExtra::Ragged { values, counts } => {
-                    inputs.push(self.on_device(Tensor::f_from_slice(values)?)?);
-                    inputs.push(self.on_device(Tensor::f_from_slice(counts)?)?);
+                    inputs.push(self.upload(Tensor::f_from_slice(values)?)?);
+                    inputs.push(self.upload(Tensor::f_from_slice(counts)?)?);
                 }
                 BatchExtra::Vectors { values, width } => {
                     let t = Tensor::f_from_slice(values)?
                         .f_view([batch.rows.len() as i64, *width as i64])?;
-                    inputs.push(self.on_device(t)?.f_to_kind(self.kind)?);
+                    inputs.push(self.upload(t)?.f_to_kind(self.kind)?);
                 }
                 BatchExtra::Floats(values) => inputs.push(
-                    self.on_device(Tensor::f_from_slice(values)?)?
+                    self.upload(Tensor::f_from_slice(values)?)?
                         .f_to_kind(self.kind)?,
                 ),
                 BatchExtra::Ints(values) => {
-                    inputs.push(self.on_device(Tensor::f_from_slice(values)?)?)
+                    inputs.push(self.upload(Tensor::f_from_slice(values)?)?)
                 }
             }
         }
         Ok(inputs)
     }
 
-    fn on_device(&self, t: Tensor) -> Result<Tensor, tch::TchError> {
-        t.f_to_device(self.device)
+    /// Moves a host tensor to the device without blocking the host. A
+    /// blocking copy would wait for the batch still running on the device,
+    /// which is the wait this pipeline exists to avoid; staging through
+    /// pinned memory (libtorch caches those blocks) keeps the copy
+    /// asynchronous and safe.
+    fn upload(&self, t: Tensor) -> Result<Tensor, tch::TchError> {
+        match self.device {
+            Device::Cpu => Ok(t),
+            device => t
+                .f_pin_memory(device)?
+                .f_to_device_(device, t.kind(), true, false),
+        }
     }
 
     fn segment_kind(&self) -> Kind {
@@ -160,15 +226,18 @@ impl Model {
     }
 }
 
-/// NHWC strides: channels vary fastest. (A one-channel weight is both
-/// layouts at once and counts as channels-last.)
-fn is_channels_last(t: &Tensor) -> bool {
-    let (size, stride) = (t.size(), t.stride());
-    if size.len() != 4 {
-        return false;
-    }
+/// The strides of an NCHW-shaped tensor laid out NHWC (channels fastest),
+/// as PyTorch's `channels_last` memory format writes them.
+fn channels_last_strides(size: &[i64]) -> [i64; 4] {
     let (c, h, w) = (size[1], size[2], size[3]);
-    c == 1 || (stride[1] == 1 && stride[3] == c && stride[2] == c * w && stride[0] == c * h * w)
+    [h * w * c, 1, w * c, c]
+}
+
+/// Exactly the strides `channels_last` gives. (PyTorch treats a one-channel
+/// tensor with NCHW strides as NCHW, so no exemption for one channel.)
+fn is_channels_last(t: &Tensor) -> bool {
+    let size = t.size();
+    size.len() == 4 && t.stride() == channels_last_strides(&size)
 }
 
 fn first_line(text: &str) -> String {

@@ -159,6 +159,7 @@ pub fn run_writer(
     messages: Receiver<WriterMsg>,
     cancel: &AtomicBool,
 ) -> Result<WriterReport, WriterError> {
+    crate::cpu::lower_this_thread();
     let mut report = WriterReport::default();
     let mut part: Option<PartWriter> = None;
     let mut part_seq = 0usize;
