@@ -6,6 +6,7 @@
 // exceptions: an exception crossing into Rust is undefined behaviour, and
 // "no accelerator" must be an ordinary answer, not a crash.
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Event.h>
 #include <c10/core/InferenceMode.h>
@@ -120,6 +121,17 @@ void seg_event_free(void* event) {
     delete static_cast<c10::Event*>(event);
   } catch (...) {
   }
+}
+
+// A pinned (page-locked) copy of the host tensor `tensor` (a tch tensor, an
+// at::Tensor*), which a non-blocking copy to the device can read while the
+// host moves on. tch's pin_memory passes a device, which libtorch 2.11
+// warns is deprecated on every call; this passes none.
+int seg_pin_memory(void* tensor, void** out, char* err, size_t err_len) {
+  *out = nullptr;
+  return guarded(err, err_len, [&] {
+    *out = new at::Tensor(static_cast<at::Tensor*>(tensor)->pin_memory());
+  });
 }
 
 // Enters inference mode on the calling thread until the returned guard is

@@ -25,6 +25,14 @@ fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
     let run = Pipeline::new(sample(), &out).run(&["--device", "cuda"]);
     run.expect_code(0);
     let report = read_report(&out);
+    // libtorch warnings are printed per call: one per batch floods a log.
+    assert!(!run.stderr.contains("Warning"), "{}", run.describe());
+    assert_eq!(
+        report["channels_last"], true,
+        "channels-last is the CUDA default"
+    );
+    let busy = report["device_busy_share"].as_f64().unwrap_or(0.0);
+    assert!(busy > 0.0 && busy <= 1.0, "{report}");
     let memory = &report["memory"];
     assert!(
         memory["peak_reserved_bytes"].as_i64().unwrap_or(0) > 0,
@@ -36,6 +44,10 @@ fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
             m["reserved_peak"].as_i64().unwrap_or(0) >= m["allocated_peak"].as_i64().unwrap_or(0)
         );
         assert!(m["device_total"].as_i64().unwrap_or(0) > 0);
+        assert!(
+            record["device_ms"].as_f64().unwrap_or(0.0) > 0.0,
+            "{record}"
+        );
     }
     let cpu = baseline();
     let gpu = read_output(&out);

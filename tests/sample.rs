@@ -148,12 +148,17 @@ fn sample_matches_python_reference() {
         "CPU report has a memory key: {}",
         report["memory"]
     );
+    assert!(report.get("device_busy_share").is_none(), "{report}");
+    assert_eq!(
+        report["channels_last"], false,
+        "channels-last is off on CPU by default"
+    );
     let records = report["batch_records"].as_array().expect("batch_records");
     assert_eq!(records.len() as u64, report_u64(report, "batches"));
     for record in records {
         assert!(
-            record.get("memory").is_none(),
-            "CPU batch record has a memory key: {record}"
+            record.get("memory").is_none() && record.get("device_ms").is_none(),
+            "CPU batch record has device fields: {record}"
         );
     }
     let rows_in_batches: u64 = records.iter().map(|r| r["rows"].as_u64().unwrap()).sum();

@@ -104,7 +104,7 @@ def summarise(run_dir: Path, name: str):
 
 def svg(runs, path: Path):
     w, h, pad = 1000, 420, 60
-    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
     top = max(max((r["memory"]["reserved_peak"] for r in recs if r.get("memory")), default=1) for _, recs in runs) / MIB * 1.1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
              f'<rect width="{w}" height="{h}" fill="white"/>',
@@ -124,7 +124,9 @@ def svg(runs, path: Path):
             f"{pad + j / max(len(mem) - 1, 1) * (w - pad - 20):.1f},{h - pad - v / top * (h - pad - 30):.1f}" for j, v in enumerate(mem)
         )
         c = colours[i % len(colours)]
-        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{pts}"/>')
+        # The baselines dashed, segpredict solid.
+        dash = ' stroke-dasharray="6,3"' if name.startswith("python") else ""
+        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5"{dash} points="{pts}"/>')
         parts.append(f'<text x="{pad+10}" y="{45 + 16*i}" fill="{c}">{name}</text>')
     parts.append("</svg>")
     path.write_text("\n".join(parts))

@@ -46,6 +46,12 @@ extern "C" {
         err_len: usize,
     ) -> c_int;
     fn seg_event_free(event: *mut c_void);
+    fn seg_pin_memory(
+        tensor: *mut c_void,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
     fn seg_inference_mode_enter() -> *mut std::ffi::c_void;
     fn seg_inference_mode_exit(guard: *mut std::ffi::c_void);
 }
@@ -138,6 +144,29 @@ pub fn empty_cache() -> Result<(), String> {
     // SAFETY: `err` outlives the call.
     let code = unsafe { seg_empty_cache(err.as_mut_ptr(), ERR_LEN) };
     shim_result(code, &err).map(|_| ())
+}
+
+/// A pinned copy of a host tensor, for a non-blocking upload.
+pub fn pin_memory(tensor: &tch::Tensor) -> Result<tch::Tensor, String> {
+    let mut out = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: the shim reads the tensor (a live `at::Tensor*`, which is what
+    // tch's handle is) and on success sets `out` to a new heap `at::Tensor`,
+    // which tch's `Tensor` owns and frees like any other.
+    let code = unsafe {
+        seg_pin_memory(
+            tensor.as_ptr() as *mut c_void,
+            &mut out,
+            err.as_mut_ptr(),
+            ERR_LEN,
+        )
+    };
+    if shim_result(code, &err)? {
+        // SAFETY: `out` is a fresh `at::Tensor*` owned by no one else.
+        Ok(unsafe { tch::Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    } else {
+        Err("pinning host memory needs an accelerator".into())
+    }
 }
 
 /// A timing event recorded on the device's current stream: the device passes

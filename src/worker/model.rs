@@ -211,8 +211,8 @@ impl Model {
     fn upload(&self, t: Tensor) -> Result<Tensor, tch::TchError> {
         match self.device {
             Device::Cpu => Ok(t),
-            device => t
-                .f_pin_memory(device)?
+            device => super::alloc::pin_memory(&t)
+                .map_err(tch::TchError::Torch)?
                 .f_to_device_(device, t.kind(), true, false),
         }
     }
