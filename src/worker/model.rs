@@ -243,3 +243,39 @@ fn is_channels_last(t: &Tensor) -> bool {
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or(text).trim().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_last_strides_match_pytorch_for_a_one_channel_weight() {
+        // torch.empty(512, 1, 2, 2).to(memory_format=torch.channels_last).stride()
+        assert_eq!(channels_last_strides(&[512, 1, 2, 2]), [4, 1, 2, 1]);
+        assert_eq!(
+            channels_last_strides(&[256, 512, 3, 3]),
+            [4608, 1, 1536, 512]
+        );
+    }
+
+    #[test]
+    fn a_contiguous_one_channel_weight_is_not_channels_last() {
+        // The stem weight that stayed NCHW and slowed the whole network.
+        let nchw = Tensor::zeros([512, 1, 2, 2], (Kind::Float, Device::Cpu));
+        assert!(!is_channels_last(&nchw));
+        let relaid = nchw
+            .permute([0, 2, 3, 1])
+            .contiguous()
+            .permute([0, 3, 1, 2]);
+        assert!(
+            !is_channels_last(&relaid),
+            "permute-contiguous-permute is a no-op for one channel"
+        );
+        let nhwc = Tensor::empty_strided(
+            [512, 1, 2, 2],
+            channels_last_strides(&[512, 1, 2, 2]),
+            (Kind::Float, Device::Cpu),
+        );
+        assert!(is_channels_last(&nhwc));
+    }
+}
