@@ -3,7 +3,7 @@
 //! next kernels at once. Threads that only feed or drain it (readers,
 //! decoders, writers) run at a lower priority so they never take its core.
 //! On a 16-core H200 host, decoding on every core at normal priority made
-//! each GPU batch 1.4x slower (benches/gpu/RESULTS.md).
+//! the median GPU batch take 1.4x as long (benches/gpu/RESULTS.md).
 
 /// How much nicer than the model worker the feeding threads are.
 const FEEDER_NICENESS: i32 = 5;
