@@ -134,8 +134,8 @@ fn calibrate_budget(
 
 /// cuDNN benchmark mode re-tunes for every new input shape, so it is allowed
 /// only when padding bounds the shapes; it is off unless asked for, since on
-/// the H200 the default algorithms were faster for the seed's convs (710K vs
-/// 620K segments/s) and reserved less (benches/gpu/RESULTS.md).
+/// the H200 it made the seed's convs slower end to end (0.87x) and reserved
+/// twice the memory (benches/gpu/RESULTS.md).
 fn set_cudnn_benchmark(config: &PipelineConfig, device: tch::Device) -> Result<bool> {
     let wanted = config.model.cudnn_benchmark;
     if wanted && !config.bucketing.pad_to_size_classes {

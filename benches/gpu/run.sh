@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark, one script, one run, every policy on the same data:
-#   segpredict (segment budget), segpredict (budget calibrated to a memory
-#   target), segpredict (the seed's 32 rows a batch), and the plain-PyTorch
-#   pipeline (pyarrow + eager TorchScript, 32 rows a batch and a log2 budget).
+#   segpredict (segment budget; also with NCHW weights and with cuDNN
+#   benchmark on), segpredict (budget calibrated to a memory target),
+#   segpredict (the seed's 32 rows a batch), and the plain-PyTorch pipeline
+#   (pyarrow + eager TorchScript: 32 rows a batch, and a log2 budget with
+#   NCHW and with channels-last weights).
 # Runs on the GPU machine from the repository root; the segpredict binary is
 # built elsewhere and passed as $SEGPREDICT. Results go to $OUT (or ./out/gpu).
 #
