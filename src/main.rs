@@ -5,6 +5,7 @@ mod bucketing;
 mod cli;
 mod config;
 mod cpu;
+mod exit;
 mod message;
 mod pipeline;
 mod reader;

@@ -5,6 +5,12 @@ use std::sync::Arc;
 
 use crate::bucketing::Segmented;
 
+mod done;
+mod shard;
+
+pub use done::{DoneError, DoneSet, Duplicate, Finished, OutOfRange};
+pub use shard::{deal_units, ShardError, ShardSpec, COMPLETION_INDEX_VAR};
+
 /// Where a row came from: the input file (an index into [`Sources`]) and the
 /// row's 0-based index within that file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

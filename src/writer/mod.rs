@@ -5,6 +5,9 @@
 //! is complete: a file under a final name is always whole. Rejected rows are
 //! collected and written once, at the end, to `_rejects.parquet`.
 
+pub mod done;
+pub mod durable;
+pub mod manifest;
 mod parts;
 mod rejects;
 
