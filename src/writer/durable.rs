@@ -63,6 +63,14 @@ impl TempGuard {
         Self { path, armed: true }
     }
 
+    /// A guard that guards nothing (a placeholder once a file is committed).
+    pub fn disarmed() -> Self {
+        Self {
+            path: PathBuf::new(),
+            armed: false,
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

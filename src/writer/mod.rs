@@ -5,10 +5,13 @@
 //! is complete: a file under a final name is always whole. Rejected rows are
 //! collected and written once, at the end, to `_rejects.parquet`.
 
+pub mod checkpoint;
+mod committing;
 pub mod done;
 pub mod durable;
 pub mod manifest;
 mod parts;
+pub mod reject_parts;
 mod rejects;
 
 use std::path::{Path, PathBuf};

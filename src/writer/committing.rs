@@ -1,0 +1,79 @@
+//! A Parquet file written under a temporary name and committed whole
+//! (fsync, rename, directory fsync), or removed on every other path: an
+//! error, a cancel, a panic unwinding, a full disk.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+
+use super::durable::TempGuard;
+
+pub struct CommittingParquet {
+    // Declared before the guard: the file is closed before it is removed.
+    writer: Option<ArrowWriter<File>>,
+    guard: TempGuard,
+    final_path: PathBuf,
+    rows: usize,
+}
+
+impl CommittingParquet {
+    /// Creates `temp`; the file becomes `final_path` on [`Self::commit`].
+    pub fn create(
+        temp: PathBuf,
+        final_path: PathBuf,
+        schema: SchemaRef,
+        properties: WriterProperties,
+    ) -> Result<Self, String> {
+        let file = File::create(&temp).map_err(|e| e.to_string())?;
+        let guard = TempGuard::new(temp);
+        let writer =
+            ArrowWriter::try_new(file, schema, Some(properties)).map_err(|e| e.to_string())?;
+        Ok(Self {
+            writer: Some(writer),
+            guard,
+            final_path,
+            rows: 0,
+        })
+    }
+
+    pub fn temp_path(&self) -> &Path {
+        self.guard.path()
+    }
+
+    pub fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), String> {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| "the file is already closed".to_string())?;
+        writer.write(batch).map_err(|e| e.to_string())?;
+        self.rows += batch.num_rows();
+        Ok(())
+    }
+
+    /// Writes the footer, fsyncs, renames to the final name and fsyncs the
+    /// directory. On failure the temporary file is removed.
+    pub fn commit(mut self) -> Result<PathBuf, String> {
+        let writer = self
+            .writer
+            .take()
+            .ok_or_else(|| "the file is already closed".to_string())?;
+        // Flushes the last row group and writes the footer.
+        let file = writer.into_inner().map_err(|e| e.to_string())?;
+        let final_path = std::mem::take(&mut self.final_path);
+        let guard = std::mem::replace(&mut self.guard, TempGuard::disarmed());
+        guard.commit(file, &final_path).map_err(|e| e.to_string())?;
+        Ok(final_path)
+    }
+}

@@ -1,0 +1,183 @@
+//! Rejected rows, committed as they arise (never collected in memory for
+//! the whole run): each writer thread appends its rejects to its own file
+//! under `_progress/`, committed with its part files; the run's commit
+//! concatenates them into `_rejects.parquet`, a batch at a time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::committing::CommittingParquet;
+use super::{durable, Compression};
+use crate::message::{Reject, Sources};
+
+/// `_rejects.parquet`'s columns.
+pub fn rejects_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("source_file", DataType::Utf8, false),
+        Field::new("source_row", DataType::Int64, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("reason", DataType::Utf8, false),
+    ]))
+}
+
+/// Rejects as one record batch of `_rejects.parquet`'s schema.
+pub fn rejects_batch(rejects: &[Reject], sources: &Sources) -> Result<RecordBatch, String> {
+    let source_name = |r: &Reject| {
+        sources
+            .get(r.origin.file_idx as usize)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| r.id.as_ref().map(|id| id.to_string()))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(source_name(r)))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.origin.row_idx as i64))
+                .collect::<Int64Array>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.kind.to_string()))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(
+            rejects
+                .iter()
+                .map(|r| Some(r.reason.as_str()))
+                .collect::<StringArray>(),
+        ),
+    ];
+    RecordBatch::try_new(rejects_schema(), columns).map_err(|e| e.to_string())
+}
+
+/// One writer thread's open rejects file.
+pub struct RejectPart {
+    file: CommittingParquet,
+}
+
+impl RejectPart {
+    pub fn create(temp: PathBuf, final_path: PathBuf) -> Result<Self, String> {
+        let props = super::parts::properties(Compression::Zstd);
+        Ok(Self {
+            file: CommittingParquet::create(temp, final_path, rejects_schema(), props)?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.temp_path()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.file.rows()
+    }
+
+    pub fn write(&mut self, rejects: &[Reject], sources: &Sources) -> Result<(), String> {
+        self.file.write(&rejects_batch(rejects, sources)?)
+    }
+
+    pub fn commit(self) -> Result<PathBuf, String> {
+        self.file.commit()
+    }
+}
+
+/// Rows per batch while merging: bounds the merge's memory.
+const MERGE_BATCH_ROWS: usize = 16 * 1024;
+
+/// Concatenates committed rejects files into `dest` (always written, maybe
+/// empty: its presence says the run checked), under a temporary name no
+/// other process uses, so two shards committing at once each write a whole
+/// file. Returns the rows written.
+pub fn merge_rejects(parts: &[PathBuf], dest: &Path) -> Result<u64, (PathBuf, String)> {
+    let temp = durable::unique_temp_name(dest);
+    let props = super::parts::properties(Compression::Zstd);
+    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), rejects_schema(), props)
+        .map_err(|e| (dest.to_path_buf(), e))?;
+    for part in parts {
+        let error = |e: String| (part.clone(), e);
+        let file = std::fs::File::open(part).map_err(|e| error(e.to_string()))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
+            .map_err(|e| error(e.to_string()))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| error(e.to_string()))?;
+            // Same columns, re-labelled with the canonical schema's
+            // metadata so the writer accepts them.
+            let batch = RecordBatch::try_new(rejects_schema(), batch.columns().to_vec())
+                .map_err(|e| error(e.to_string()))?;
+            out.write(&batch).map_err(|e| (dest.to_path_buf(), e))?;
+        }
+    }
+    let rows = out.rows() as u64;
+    out.commit().map_err(|e| (dest.to_path_buf(), e))?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Origin, RowId};
+
+    fn reject(file_idx: u32, row_idx: u64) -> Reject {
+        Reject {
+            id: Some(RowId::Int(row_idx as i64)),
+            origin: Origin { file_idx, row_idx },
+            kind: "null_segments",
+            reason: "bad".into(),
+        }
+    }
+
+    #[test]
+    fn parts_commit_whole_and_merge_into_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources: Sources = Arc::new(vec!["a.parquet".into(), "b.parquet".into()]);
+        let mut finals = Vec::new();
+        for (i, rows) in [[0u64, 1], [5, 6]].iter().enumerate() {
+            let final_path = dir.path().join(format!("rejects-{i}.parquet"));
+            let mut part = RejectPart::create(
+                dir.path().join(format!(".rejects-{i}.inprogress")),
+                final_path.clone(),
+            )
+            .unwrap();
+            let rejects: Vec<Reject> = rows.iter().map(|&r| reject(i as u32, r)).collect();
+            part.write(&rejects, &sources).unwrap();
+            finals.push(part.commit().unwrap());
+        }
+        // An uncommitted part leaves nothing behind.
+        let dropped = dir.path().join(".rejects-2.inprogress");
+        let mut part = RejectPart::create(dropped.clone(), dir.path().join("x")).unwrap();
+        part.write(&[reject(0, 9)], &sources).unwrap();
+        drop(part);
+        assert!(!dropped.exists());
+
+        let dest = dir.path().join("_rejects.parquet");
+        assert_eq!(merge_rejects(&finals, &dest).unwrap(), 4);
+        let file = std::fs::File::open(&dest).unwrap();
+        let rows: usize = ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum();
+        assert_eq!(rows, 4);
+        assert_eq!(merge_rejects(&[], &dest).unwrap(), 0);
+    }
+}
