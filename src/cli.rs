@@ -3,22 +3,24 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::config::{Overrides, PipelineConfig};
-use crate::pipeline;
-
-/// Exit codes a batch scheduler can act on.
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_ERROR: u8 = 1;
-/// The run completed and every row is accounted for, but some rows were
-/// rejected (see `_rejects.parquet`).
-pub const EXIT_REJECTS: u8 = 3;
-pub const EXIT_INTERRUPTED: u8 = 130;
+use crate::commit::{commit_run, CommitState, Totals};
+use crate::config::{ConfigError, Overrides, PipelineConfig};
+use crate::exit::{self, Failure, Outcome, Permanent};
+use crate::local_shards::{LocalShards, LocalShardsError};
+use crate::message::{ShardError, ShardSpec, COMPLETION_INDEX_VAR};
+use crate::pipeline::{self, RunEnd, RunOptions};
+use crate::reader::ReaderError;
+use crate::worker::WorkerError;
+use crate::writer::checkpoint::CheckpointError;
+use crate::writer::done::ScanError;
+use crate::writer::manifest::ManifestError;
+use crate::writer::WriterError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +40,15 @@ enum Command {
     /// Measure the model's device memory against segments per batch and
     /// print the largest budget that keeps a run under a memory target.
     Calibrate(CalibrateArgs),
+    /// Commit a sharded run by hand: check every shard's accounting and
+    /// write `_SUCCESS`, or say which shards are missing.
+    Commit(CommitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CommitArgs {
+    /// The run's output directory.
+    dir: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -74,9 +85,26 @@ struct RunArgs {
     /// Reader and writer threads (overrides both).
     #[arg(long)]
     threads: Option<usize>,
-    /// Replace an earlier run's output in the output directory.
+    /// Replace another run's output in the output directory (the same
+    /// run's output is resumed, never replaced).
     #[arg(long)]
     overwrite: bool,
+    /// Predict shard I of N (0-based) of the input; all shards write into
+    /// one directory and the last one to finish commits the run.
+    #[arg(long, value_name = "I/N", conflicts_with_all = ["shards", "local_shards"])]
+    shard: Option<ShardSpec>,
+    /// Predict one of N shards, the index taken from JOB_COMPLETION_INDEX
+    /// (as a Kubernetes Indexed Job sets it).
+    #[arg(long, value_name = "N", conflicts_with = "local_shards")]
+    shards: Option<u32>,
+    /// Start N shard processes of this run here, one per GPU (`all`: one
+    /// per visible GPU); exits with the most severe of their codes.
+    #[arg(long, value_name = "N|all")]
+    local_shards: Option<LocalShards>,
+    /// The fraction of input rows that may be rejected with exit code 0;
+    /// more gives exit code 3. Default 0: any reject gives 3.
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    max_reject_fraction: f64,
     /// Device memory target; with it the budget is calibrated on the device
     /// (as `max_segments = "auto"` with `gpu_memory`).
     #[arg(long)]
@@ -84,23 +112,73 @@ struct RunArgs {
 }
 
 pub fn main() -> ExitCode {
+    // First: a signal from here on cancels the run and decides the code.
+    let cancel = Arc::new(AtomicBool::new(false));
+    let signals = crate::signals::install(cancel.clone());
     init_tracing();
     let cli = Cli::parse();
-    let cancel = Arc::new(AtomicBool::new(false));
-    let result = match cli.command {
-        Command::Run(args) => run(args, cancel.clone()),
-        Command::Calibrate(args) => calibrate(args).map(|()| EXIT_OK),
+    let result = signals
+        .context("installing the SIGINT/SIGTERM handler")
+        .and_then(|()| match cli.command {
+            Command::Run(args) => run(args, cancel),
+            Command::Calibrate(args) => calibrate(args).map(|()| Outcome::Done),
+            Command::Commit(args) => commit(&args.dir),
+        });
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => match crate::signals::received() {
+            Some(signal) if e.downcast_ref::<pipeline::Interrupted>().is_some() => {
+                eprintln!("segpredict: {e:#}; the output directory is resumable");
+                Outcome::Interrupted(signal)
+            }
+            _ => {
+                eprintln!("segpredict: error: {e:#}");
+                Outcome::Failed(classify(&e))
+            }
+        },
     };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) if e.downcast_ref::<pipeline::Interrupted>().is_some() => {
-            eprintln!("segpredict: {e:#}");
-            ExitCode::from(EXIT_INTERRUPTED)
+    ExitCode::from(outcome.code())
+}
+
+/// Whether running the same command again may succeed, from the error's
+/// chain: a cause a retry cannot change (settings, inputs, model, a refused
+/// directory, a corrupt file) is permanent; I/O and device failures are not.
+fn classify(error: &anyhow::Error) -> Failure {
+    let permanent = error.chain().any(|cause| {
+        if cause.is::<Permanent>() || cause.is::<ConfigError>() || cause.is::<ShardError>() {
+            return true;
         }
-        Err(e) => {
-            eprintln!("segpredict: error: {e:#}");
-            ExitCode::from(EXIT_ERROR)
+        if let Some(e) = cause.downcast_ref::<CheckpointError>() {
+            return e.is_permanent();
         }
+        if let Some(e) = cause.downcast_ref::<ReaderError>() {
+            return !matches!(e, ReaderError::Io { .. });
+        }
+        if let Some(e) = cause.downcast_ref::<WorkerError>() {
+            return matches!(
+                e,
+                WorkerError::ModelMissing { .. }
+                    | WorkerError::ModelLoad { .. }
+                    | WorkerError::Labels { .. }
+                    | WorkerError::BadDevice(_)
+            );
+        }
+        if let Some(e) = cause.downcast_ref::<WriterError>() {
+            return matches!(e, WriterError::Config(_) | WriterError::UnknownLabel { .. });
+        }
+        if let Some(e) = cause.downcast_ref::<ManifestError>() {
+            return matches!(e, ManifestError::Parse { .. });
+        }
+        if let Some(e) = cause.downcast_ref::<LocalShardsError>() {
+            return e.is_permanent();
+        }
+        cause.is::<ScanError>()
+            || cause.is::<crate::bucketing::BucketingError>()
+            || cause.is::<crate::worker::calibrate::CalibrationError>()
+    });
+    match permanent {
+        true => Failure::Permanent,
+        false => Failure::Retryable,
     }
 }
 
@@ -116,7 +194,25 @@ fn init_tracing() {
         .init();
 }
 
-fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
+fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
+    if let Some(local) = args.local_shards {
+        return run_local_shards(local);
+    }
+    let shard = match (args.shard, args.shards) {
+        (Some(shard), _) => shard,
+        (None, Some(count)) => {
+            let index = std::env::var(COMPLETION_INDEX_VAR).ok();
+            ShardSpec::from_completion_index(count, index.as_deref())?
+        }
+        (None, None) => ShardSpec::WHOLE,
+    };
+    if !(0.0..=1.0).contains(&args.max_reject_fraction) {
+        return Err(Permanent(anyhow::anyhow!(
+            "--max-reject-fraction must be between 0 and 1, not {}",
+            args.max_reject_fraction
+        ))
+        .into());
+    }
     let mut config = PipelineConfig::load(&args.pipeline)?;
     config.apply(&Overrides {
         input: args.input,
@@ -131,21 +227,95 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
         config.auto_budget = true;
     }
     let allocator = pipeline::configure_allocator(&config);
-    let on_signal = cancel.clone();
-    ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
-        .context("installing the Ctrl-C handler")?;
-    let report = pipeline::run(&config, allocator, cancel)?;
-    println!("{}", report.summary());
-    Ok(if report.rows_rejected > 0 {
-        eprintln!(
-            "segpredict: {} row(s) rejected; see {}",
-            report.rows_rejected,
-            config.writers.dir.join("_rejects.parquet").display()
-        );
-        EXIT_REJECTS
-    } else {
-        EXIT_OK
+    let dir = config.writers.dir.clone();
+    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
+    let fraction = args.max_reject_fraction;
+    Ok(match end {
+        RunEnd::AlreadyComplete => {
+            eprintln!(
+                "segpredict: {}: this run is already complete (_SUCCESS); nothing to do",
+                dir.display()
+            );
+            Outcome::Done
+        }
+        RunEnd::ShardAlreadyDone(commit) => {
+            eprintln!("segpredict: shard {shard} was already done");
+            report_commit(&dir, &commit, fraction)
+        }
+        RunEnd::Finished { report, commit } => {
+            println!("{}", report.summary());
+            match &commit {
+                CommitState::Committed(_) => report_commit(&dir, &commit, fraction),
+                CommitState::Waiting(_) => {
+                    report_commit(&dir, &commit, fraction);
+                    exit::completed(report.rows_rejected, report.rows_in, fraction)
+                }
+            }
+        }
     })
+}
+
+/// Says what the commit found; the outcome of a committed run.
+fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> Outcome {
+    match commit {
+        CommitState::Committed(totals) => {
+            let outcome = exit::completed(totals.rows_rejected, totals.rows_in, fraction);
+            if totals.rows_rejected > 0 {
+                eprintln!(
+                    "segpredict: {} row(s) rejected; see {}",
+                    totals.rows_rejected,
+                    dir.join("_rejects.parquet").display()
+                );
+            }
+            outcome
+        }
+        CommitState::Waiting(missing) => {
+            eprintln!(
+                "segpredict: this shard is done; the run is committed when {} finish",
+                describe_missing(missing)
+            );
+            Outcome::Done
+        }
+    }
+}
+
+fn describe_missing(missing: &[u32]) -> String {
+    let list: Vec<String> = missing.iter().map(|i| format!("shard {i}")).collect();
+    list.join(", ")
+}
+
+/// `--local-shards`: this program's own arguments, one child per shard.
+fn run_local_shards(local: LocalShards) -> Result<Outcome> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let gpus = if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some_and(|v| v.is_empty()) {
+        0
+    } else {
+        tch::Cuda::device_count().max(0) as usize
+    };
+    Ok(crate::local_shards::run(local, gpus, &args)?)
+}
+
+/// `segpredict commit DIR`.
+fn commit(dir: &std::path::Path) -> Result<Outcome> {
+    match commit_run(dir)? {
+        CommitState::Committed(Totals {
+            rows_in,
+            rows_out,
+            rows_rejected,
+            ..
+        }) => {
+            println!(
+                "{}: committed: {rows_in} rows in, {rows_out} predicted, {rows_rejected} rejected",
+                dir.display()
+            );
+            Ok(Outcome::Done)
+        }
+        CommitState::Waiting(missing) => Err(anyhow::anyhow!(
+            "{}: cannot commit yet: {} not done",
+            dir.display(),
+            describe_missing(&missing)
+        )),
+    }
 }
 
 fn calibrate(args: CalibrateArgs) -> Result<()> {

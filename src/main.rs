@@ -3,12 +3,15 @@
 
 mod bucketing;
 mod cli;
+mod commit;
 mod config;
 mod cpu;
 mod exit;
+mod local_shards;
 mod message;
 mod pipeline;
 mod reader;
+mod signals;
 mod report;
 mod worker;
 mod writer;

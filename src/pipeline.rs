@@ -14,13 +14,19 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::bucketing::{run_bucketing, Bucketer, BucketingReport};
+use crate::commit::{commit_run, CommitState};
 use crate::config::PipelineConfig;
-use crate::message::{InputSpec, Row, WriterMsg};
+use crate::message::{InputSpec, Row, ShardSpec, WriterMsg};
 use crate::reader::{self, ReadPlan, ReaderStats};
 use crate::report::{memory_summary, RunReport, StageBusy};
 use crate::worker::calibrate::{parse_size, Calibration, CalibrationError};
 use crate::worker::{self, Worker, WorkerReport};
-use crate::writer::{self, OutputSchema, WriterReport};
+use crate::writer::checkpoint::{self, ShardDone, Start};
+use crate::writer::done::scan_committed;
+use crate::writer::manifest::{
+    file_identity, sha256_file, Fingerprint, InputRecord, RunManifest, MANIFEST_FORMAT,
+};
+use crate::writer::{self, OutputSchema, WriterPlace, WriterReport};
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.
@@ -51,15 +57,62 @@ pub fn configure_allocator(config: &PipelineConfig) -> Option<String> {
     Some(config.model.allocator.clone())
 }
 
+/// What a run is asked to do beyond its pipeline file.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// The part of the input this process predicts.
+    pub shard: ShardSpec,
+}
+
+/// How a run ended without an error.
+#[derive(Debug)]
+pub enum RunEnd {
+    /// `_SUCCESS` of this very run was already there: nothing was done.
+    AlreadyComplete,
+    /// This shard finished in an earlier attempt.
+    ShardAlreadyDone(CommitState),
+    /// This attempt finished its shard (the whole input, unsharded).
+    Finished {
+        report: Box<RunReport>,
+        commit: CommitState,
+    },
+}
+
+/// Predicts every row of the pipeline's input (of this shard's units) not
+/// committed by an earlier attempt, then commits the run if every shard is
+/// done.
 pub fn run(
     config: &PipelineConfig,
     allocator_conf: Option<String>,
     cancel: Arc<AtomicBool>,
-) -> Result<RunReport> {
+    options: RunOptions,
+) -> Result<RunEnd> {
     let started = Instant::now();
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
-    let plan = config.readers.plan()?;
+    config.writers.validate()?;
+    let mut plan = config.readers.plan()?;
+    let dir = &config.writers.dir;
+    let manifest = run_manifest(config, &plan, options.shard.count)?;
+    let (names, committed) =
+        match checkpoint::prepare(dir, &manifest, options.shard, config.writers.overwrite)? {
+            Start::AlreadyComplete => return Ok(RunEnd::AlreadyComplete),
+            Start::ShardDone => return Ok(RunEnd::ShardAlreadyDone(commit_run(dir)?)),
+            Start::Predict { names, committed } => (names, committed),
+        };
+    let inputs: Vec<(String, u64)> = manifest
+        .inputs
+        .iter()
+        .map(|i| (i.path.clone(), i.rows))
+        .collect();
+    let done = Arc::new(scan_committed(&committed, &inputs)?);
+    let resumed = Resumed {
+        predicted: done.predicted(),
+        rejected: done.rejected(),
+        attempt: names.attempt,
+        shard: options.shard,
+    };
+    let shard_rows = plan.select(options.shard, done);
     let LoadedModel {
         labels,
         device,
@@ -75,11 +128,13 @@ pub fn run(
         None
     };
     let config = &config;
-    config.writers.prepare_dir()?;
     tracing::info!(
         files = plan.sources.len(),
-        rows = plan.total_rows,
+        rows = shard_rows,
+        resumed = resumed.predicted + resumed.rejected,
         row_groups = plan.row_groups(),
+        shard = %options.shard,
+        attempt = names.attempt,
         device = ?device,
         budget = config.bucketing.max_segments,
         "starting"
@@ -93,7 +148,7 @@ pub fn run(
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let initial_budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
     let budget = AtomicUsize::new(initial_budget);
-    let stages = run_stages(config, &plan, model, &schema, &budget, &cancel)?;
+    let stages = run_stages(config, &plan, model, &schema, &budget, &cancel, names)?;
     if cancel.load(Ordering::Relaxed) {
         return Err(Interrupted.into());
     }
@@ -104,7 +159,60 @@ pub fn run(
         allocator_conf,
         calibration,
     };
-    finish_run(config, &plan, stages, settings, &budget, started)
+    let report = finish_shard(
+        config, &plan, shard_rows, resumed, stages, settings, &budget, started,
+    )?;
+    // A signal that came while the shard was being finished: the shard is
+    // done (its marker is written) but the run reports the interruption, so
+    // a signal always gives the same exit code; a rerun commits.
+    if cancel.load(Ordering::Relaxed) {
+        return Err(Interrupted.into());
+    }
+    let commit = commit_run(dir)?;
+    Ok(RunEnd::Finished {
+        report: Box::new(report),
+        commit,
+    })
+}
+
+/// What earlier attempts of this shard had committed.
+#[derive(Debug, Clone, Copy)]
+struct Resumed {
+    predicted: u64,
+    rejected: u64,
+    attempt: u32,
+    shard: ShardSpec,
+}
+
+/// `_run.json` for this run: what decides its predictions and its rows.
+fn run_manifest(config: &PipelineConfig, plan: &ReadPlan, shards: u32) -> Result<RunManifest> {
+    let hash = |path: &std::path::Path, what: &str| {
+        sha256_file(path).with_context(|| format!("reading the {what} {}", path.display()))
+    };
+    let fingerprint = Fingerprint {
+        model_sha256: hash(&config.model.path, "model")?,
+        labels_sha256: hash(&config.model.labels, "labels file")?,
+        columns: format!("{:?}", config.readers.columns),
+        dtype: format!("{:?}", config.model.dtype).to_lowercase(),
+    };
+    let mut inputs = Vec::with_capacity(plan.sources.len());
+    for (path, &rows) in plan.sources.iter().zip(&plan.file_rows) {
+        let (size, mtime_ns) =
+            file_identity(path).with_context(|| format!("reading {}", path.display()))?;
+        inputs.push(InputRecord {
+            path: path.display().to_string(),
+            size,
+            mtime_ns,
+            rows,
+        });
+    }
+    Ok(RunManifest {
+        format: MANIFEST_FORMAT,
+        segpredict_version: env!("CARGO_PKG_VERSION").to_string(),
+        fingerprint,
+        inputs,
+        shards,
+    })
 }
 
 /// `max_segments = "auto"`: measure the model on its device and set the
@@ -234,6 +342,7 @@ fn run_stages(
     schema: &OutputSchema,
     budget: &AtomicUsize,
     cancel: &Arc<AtomicBool>,
+    names: checkpoint::AttemptNames,
 ) -> Result<StageReports> {
     let n_readers = config
         .readers
@@ -260,6 +369,11 @@ fn run_stages(
             .map(|_| {
                 let (units, out) = (units.clone(), chunk_tx.clone());
                 scope.spawn(move || {
+                    // Each stage holds a clone of its output channel until
+                    // its error has set the cancel flag, so the next stage
+                    // never sees a clean close from a stage that failed
+                    // (and commits as if the input had ended).
+                    let _open = out.clone();
                     reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
                         .map_err(|e| fail(e.into()))
                 })
@@ -268,6 +382,7 @@ fn run_stages(
         drop(chunk_tx);
         let rejects_tx = write_tx.clone();
         let bucketing = scope.spawn(move || {
+            let _open = (batch_tx.clone(), rejects_tx.clone());
             run_bucketing(
                 &config.bucketing,
                 segment_bytes,
@@ -282,6 +397,7 @@ fn run_stages(
         let worker_tx = write_tx.clone();
         drop(write_tx);
         let worker = scope.spawn(move || {
+            let _open = worker_tx.clone();
             model
                 .run(batch_rx, worker_tx, budget, cancel)
                 .map_err(|e| fail(e.into()))
@@ -289,8 +405,13 @@ fn run_stages(
         let writers: Vec<_> = (0..n_writers)
             .map(|idx| {
                 let messages = write_rx.clone();
+                let place = WriterPlace {
+                    dir: &config.writers.dir,
+                    names,
+                    writer_idx: idx,
+                };
                 scope.spawn(move || {
-                    writer::run_writer(idx, &config.writers, schema, messages, cancel)
+                    writer::run_writer(place, &config.writers, schema, messages, cancel)
                         .map_err(|e| fail(e.into()))
                 })
             })
@@ -382,9 +503,13 @@ fn keep<T>(
     }
 }
 
-fn finish_run(
+/// The shard's accounting, its report, and its done marker.
+#[allow(clippy::too_many_arguments)]
+fn finish_shard(
     config: &PipelineConfig,
     plan: &ReadPlan,
+    shard_rows: u64,
+    resumed: Resumed,
     stages: StageReports,
     settings: RunSettings,
     budget: &AtomicUsize,
@@ -404,22 +529,26 @@ fn finish_run(
         writers,
     } = stages;
     let dir = &config.writers.dir;
-    let mut rejects: Vec<_> = writers
-        .iter()
-        .flat_map(|w| w.rejects.iter().cloned())
-        .collect();
-    let rows_out: u64 = writers.iter().map(|w| w.rows).sum();
-    let rows_rejected = rejects.len() as u64;
-    // The accounting invariant: every input row is predicted or rejected, once.
-    if rows_out + rows_rejected != plan.total_rows {
+    let rows_out: u64 = resumed.predicted + writers.iter().map(|w| w.rows).sum::<u64>();
+    let rows_rejected: u64 = resumed.rejected + writers.iter().map(|w| w.rejects).sum::<u64>();
+    // The accounting invariant: every input row is predicted or rejected,
+    // once, over all attempts.
+    if rows_out + rows_rejected != shard_rows {
         bail!(
-            "row accounting failed: {} rows in, {} predicted + {} rejected; the output is incomplete",
-            plan.total_rows,
+            "row accounting failed: {} rows in, {} predicted + {} rejected (over {} attempt(s)); the output is incomplete",
+            shard_rows,
             rows_out,
-            rows_rejected
+            rows_rejected,
+            resumed.attempt
         );
     }
-    writer::write_rejects(dir, &mut rejects, &plan.sources)?;
+    let kind_count = |kind: &str| -> u64 {
+        writers
+            .iter()
+            .filter_map(|w| w.reject_kinds.get(kind))
+            .sum()
+    };
+    let rows_this_attempt = shard_rows - resumed.predicted - resumed.rejected;
     let wall_s = started.elapsed().as_secs_f64();
     let secs = |d: std::time::Duration| d.as_secs_f64();
     let report = RunReport {
@@ -428,9 +557,12 @@ fn finish_run(
         device: format!("{device:?}"),
         model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
         input_files: plan.sources.len(),
-        rows_in: plan.total_rows,
+        rows_in: shard_rows,
         rows_out,
         rows_rejected,
+        rows_resumed: resumed.predicted + resumed.rejected,
+        attempts: resumed.attempt,
+        shard: resumed.shard.is_sharded().then(|| resumed.shard.to_string()),
         batches: worker.batches.len() as u64,
         segments: bucketing.segments,
         padded_segments: bucketing.padded_segments,
@@ -442,12 +574,9 @@ fn finish_run(
         channels_last,
         allocator_conf: device.is_cuda().then_some(allocator_conf).flatten(),
         oom_events: worker.oom_events,
-        oom_rejected_rows: rejects
-            .iter()
-            .filter(|r| r.kind == "oom_single_row")
-            .count() as u64,
+        oom_rejected_rows: kind_count("oom_single_row"),
         wall_s,
-        rows_per_s: plan.total_rows as f64 / wall_s.max(1e-9),
+        rows_per_s: rows_this_attempt as f64 / wall_s.max(1e-9),
         segments_per_s: bucketing.segments as f64 / wall_s.max(1e-9),
         busy_s: StageBusy {
             readers: readers.iter().map(|r| secs(r.busy)).sum(),
@@ -462,12 +591,26 @@ fn finish_run(
         calibration,
         batch_records: worker.batches,
     };
+    let svg_dir = match resumed.shard.is_sharded() {
+        true => dir.join(checkpoint::PROGRESS_DIR),
+        false => dir.clone(),
+    };
+    let svg_name = match resumed.shard.is_sharded() {
+        true => format!("report-{}.svg", resumed.shard.tag()),
+        false => "_report.svg".to_string(),
+    };
     report
-        .write_json(dir)
-        .with_context(|| format!("writing {}", dir.join("_report.json").display()))?;
-    report
-        .write_svg(dir)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.join("_report.svg").display()))?;
-    writer::write_success(dir)?;
+        .write_svg(&svg_dir, &svg_name)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", svg_dir.join(&svg_name).display()))?;
+    let done = ShardDone {
+        shard: resumed.shard,
+        rows_in: shard_rows,
+        rows_out,
+        rows_rejected,
+        rows_resumed: report.rows_resumed,
+        attempts: resumed.attempt,
+        report: serde_json::to_value(&report)?,
+    };
+    checkpoint::mark_shard_done(dir, &done)?;
     Ok(report)
 }

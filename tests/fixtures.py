@@ -178,6 +178,33 @@ def cmd_wrapper_model(a, _t):
     wrapper.save(a.out)
 
 
+def cmd_other_model(a, _t):
+    """IN is a TorchScript model; OUT is another file that predicts the same
+    (the inner model behind a pass-through wrapper): a different model by
+    content, for the resume tests' "model differs"."""
+    import torch
+
+    class PassThrough(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, segments, segment_counts, tags, tag_counts):
+            return self.inner(segments, segment_counts, tags, tag_counts)
+
+    torch.jit.script(PassThrough(torch.jit.load(a.input))).save(a.out)
+
+
+def cmd_bad_tag(a, t):
+    """The rows at --indices get the tag id --tag (outside the model's
+    embedding when large or negative); every other row is unchanged."""
+    tags = t.column("tags").combine_chunks()
+    rows = tags.to_pylist()
+    for r in (int(i) for i in a.indices.split(",")):
+        rows[r] = [a.tag]
+    pq.write_table(replace(t, "tags", pa.array(rows, type=tags.type)), a.out)
+
+
 def cmd_binary_list(a, t):
     pq.write_table(replace(t, "segments", binary_segments(t)), a.out)
 
@@ -245,6 +272,8 @@ COMMANDS = {
     "float-list": cmd_float_list,
     "extras": cmd_extras,
     "wrapper-model": cmd_wrapper_model,
+    "other-model": cmd_other_model,
+    "bad-tag": cmd_bad_tag,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
     "empty": cmd_empty,
@@ -265,8 +294,10 @@ def main() -> None:
     ap.add_argument("--indices", default="")
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     ap.add_argument("--short-vec-row", type=int)
+    ap.add_argument("--tag", type=int, default=100000)
     a = ap.parse_args()
-    table = None if a.command == "wrapper-model" else load(a.input, a.rows)
+    models = ("wrapper-model", "other-model")
+    table = None if a.command in models else load(a.input, a.rows)
     COMMANDS[a.command](a, table)
 
 

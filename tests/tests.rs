@@ -7,6 +7,8 @@
 //! * `errors`: each failure is exit code 1 and one line naming its cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `deploy`: the Kubernetes manifests, validated and run as their pods.
+//! * `resume`: killed runs resumed, finished runs left alone, other runs
+//!   refused, shards in one directory.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -18,4 +20,5 @@ mod errors;
 mod gpu;
 mod inputs;
 mod recovery;
+mod resume;
 mod sample;

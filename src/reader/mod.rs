@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 pub use columns::{ColumnMapping, IdKind};
 
-use crate::message::{RowChunk, Sources};
+use crate::message::{deal_units, DoneSet, RowChunk, ShardSpec, Sources};
 
 /// `[readers]`: where the input is and how to decode it.
 #[derive(Debug, Clone, Deserialize)]
@@ -95,6 +95,15 @@ struct Unit {
     file_idx: u32,
     row_group: usize,
     first_row: u64,
+    rows: u64,
+}
+
+/// One unit of work's size, as the shard dealing and the report see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitRows {
+    pub file_idx: u32,
+    pub first_row: u64,
+    pub rows: u64,
 }
 
 /// The checked inputs of a run.
@@ -102,13 +111,55 @@ struct Unit {
 pub struct ReadPlan {
     pub sources: Sources,
     pub id_kind: IdKind,
+    /// Rows of every input file, the run's whole input.
     pub total_rows: u64,
+    /// Rows of each file, in `sources` order.
+    pub file_rows: Vec<u64>,
+    /// The frozen unit list: every (file, row group) of the input, in order.
     units: Vec<Unit>,
+    /// The units this process reads: its shard's, less those done earlier.
+    selected: Vec<usize>,
+    /// Rows that finished in an earlier attempt, to skip while reading.
+    done: Option<Arc<DoneSet>>,
 }
 
 impl ReadPlan {
+    /// Row groups this process reads.
     pub fn row_groups(&self) -> usize {
-        self.units.len()
+        self.selected.len()
+    }
+
+    /// Every unit of the input, in the frozen order every shard agrees on.
+    pub fn all_units(&self) -> Vec<UnitRows> {
+        self.units
+            .iter()
+            .map(|u| UnitRows {
+                file_idx: u.file_idx,
+                first_row: u.first_row,
+                rows: u.rows,
+            })
+            .collect()
+    }
+
+    /// Keeps the units dealt to `shard` and, of those, the ones with rows not
+    /// in `done`; rows in `done` are skipped as they are read. Returns the
+    /// rows of the shard's units (done or not).
+    pub fn select(&mut self, shard: ShardSpec, done: Arc<DoneSet>) -> u64 {
+        let rows: Vec<u64> = self.units.iter().map(|u| u.rows).collect();
+        let dealt = deal_units(&rows, shard.count);
+        let mut shard_rows = 0;
+        self.selected.clear();
+        for (i, unit) in self.units.iter().enumerate() {
+            if dealt[i] != shard.index {
+                continue;
+            }
+            shard_rows += unit.rows;
+            if !done.all_done(unit.file_idx, unit.first_row, unit.rows) {
+                self.selected.push(i);
+            }
+        }
+        self.done = Some(done).filter(|d| !d.is_empty());
+        shard_rows
     }
 }
 
@@ -152,6 +203,7 @@ impl ReaderConfig {
         let files = discover::input_files(&self.path)?;
         let mut units = Vec::new();
         let mut total_rows = 0u64;
+        let mut file_rows = Vec::with_capacity(files.len());
         let mut id_kind: Option<(IdKind, PathBuf)> = None;
         for (file_idx, path) in files.iter().enumerate() {
             let builder = open_builder(path)?;
@@ -179,18 +231,24 @@ impl ReaderConfig {
                         file_idx,
                         row_group,
                         first_row: rows_before,
+                        rows: n_rows,
                     });
                 }
                 rows_before += n_rows;
             }
             total_rows += rows_before;
+            file_rows.push(rows_before);
         }
         let id_kind = id_kind.map(|(k, _)| k).unwrap_or(IdKind::Str);
+        let selected = (0..units.len()).collect();
         Ok(ReadPlan {
             sources: Arc::new(files),
             id_kind,
             total_rows,
+            file_rows,
             units,
+            selected,
+            done: None,
         })
     }
 }
@@ -211,9 +269,9 @@ fn open_builder(
 /// The queue of row groups the reader threads share.
 pub fn unit_queue(plan: &ReadPlan) -> Receiver<UnitHandle> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    for unit in &plan.units {
+    for &i in &plan.selected {
         // The receiver is alive right here, so this send cannot fail.
-        let _ = tx.send(UnitHandle(*unit));
+        let _ = tx.send(UnitHandle(plan.units[i]));
     }
     rx
 }
@@ -288,11 +346,14 @@ fn read_unit(
         }
         let started = std::time::Instant::now();
         let batch = batch.map_err(|e| decode_error(e.to_string()))?;
-        let chunk = decode_pool
+        let mut chunk = decode_pool
             .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row))
             .map_err(decode_error)?;
+        if let Some(done) = &plan.done {
+            skip_done(&mut chunk, done);
+        }
         next_row += batch.num_rows() as u64;
-        stats.rows += batch.num_rows() as u64;
+        stats.rows += (chunk.rows.len() + chunk.rejects.len()) as u64;
         stats.rejects += chunk.rejects.len() as u64;
         stats.busy += started.elapsed();
         if out.send(chunk).is_err() {
@@ -300,4 +361,11 @@ fn read_unit(
         }
     }
     Ok(true)
+}
+
+/// Drops the rows (and rejects) an earlier attempt already committed.
+fn skip_done(chunk: &mut RowChunk, done: &DoneSet) {
+    let is_new = |o: &crate::message::Origin| !done.contains(o.file_idx, o.row_idx);
+    chunk.rows.retain(|r| is_new(&r.meta.origin));
+    chunk.rejects.retain(|r| is_new(&r.origin));
 }

@@ -19,9 +19,19 @@ pub struct RunReport {
     pub device: String,
     pub model_dtype: String,
     pub input_files: usize,
+    /// Rows of the run's input (of this shard's units, for a shard).
     pub rows_in: u64,
+    /// Rows predicted, by this attempt and earlier ones.
     pub rows_out: u64,
+    /// Rows rejected, by this attempt and earlier ones.
     pub rows_rejected: u64,
+    /// Rows earlier attempts had committed, which this one skipped.
+    pub rows_resumed: u64,
+    /// Attempts at this run (of this shard), this one included.
+    pub attempts: u32,
+    /// `I/N` when the run is one shard of several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
     pub batches: u64,
     pub segments: u64,
     pub padded_segments: u64,
@@ -148,22 +158,15 @@ pub fn memory_summary(records: &[BatchRecord]) -> Option<MemorySummary> {
 }
 
 impl RunReport {
-    pub fn write_json(&self, dir: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let temp = dir.join("._report.json.inprogress");
-        std::fs::write(&temp, text)?;
-        std::fs::rename(temp, dir.join("_report.json"))
-    }
-
-    /// Writes `_report.svg`: memory and segments per batch.
-    pub fn write_svg(&self, dir: &Path) -> Result<(), String> {
-        let temp = dir.join("._report.svg.inprogress");
+    /// Writes `dir/name` (`_report.svg`): memory and segments per batch.
+    pub fn write_svg(&self, dir: &Path, name: &str) -> Result<(), String> {
+        let temp = dir.join(format!(".{name}.inprogress"));
         let title = format!(
             "segpredict: {} rows, {} batches on {} ({}), strategy {}",
             self.rows_in, self.batches, self.device, self.model_dtype, self.strategy
         );
         plot::write_svg(&temp, &title, &self.batch_records)?;
-        std::fs::rename(temp, dir.join("_report.svg")).map_err(|e| e.to_string())
+        std::fs::rename(temp, dir.join(name)).map_err(|e| e.to_string())
     }
 
     /// A few lines for the terminal.

@@ -263,9 +263,15 @@ fn is_our_output(name: &str) -> bool {
 }
 
 fn our_files(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    // Another shard's manifest being written is not output: that shard
+    // writes the manifest before anything else.
+    let manifest_temp = format!(".{MANIFEST_NAME}.");
     let mut ours: Vec<PathBuf> = list(dir)?
         .into_iter()
-        .filter(|p| is_our_output(&file_name(p)) && file_name(p) != PROGRESS_DIR)
+        .filter(|p| {
+            let name = file_name(p);
+            is_our_output(&name) && name != PROGRESS_DIR && !name.starts_with(&manifest_temp)
+        })
         .collect();
     ours.extend(list(&progress_dir(dir))?);
     ours.sort();

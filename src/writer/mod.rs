@@ -1,9 +1,12 @@
-//! Writers: predictions to Parquet part files in the output directory.
+//! Writers: predictions to Parquet part files in the output directory, and
+//! the output directory as the run's checkpoint.
 //!
-//! Each writer thread owns its own part files, so writers never contend for a
-//! file. A part is written under a hidden temporary name and renamed when it
-//! is complete: a file under a final name is always whole. Rejected rows are
-//! collected and written once, at the end, to `_rejects.parquet`.
+//! Each writer thread owns its own part file and rejects file, so writers
+//! never contend for a file. Files are written under hidden temporary names
+//! and committed (fsync, rename, directory fsync) at least every
+//! `commit_every_s` and at `rows_per_file`: a file under a final name is
+//! always whole and durable, and a killed run resumes from what was
+//! committed (`checkpoint.rs`, `_run.json` in `manifest.rs`).
 
 pub mod checkpoint;
 mod committing;
@@ -12,21 +15,19 @@ pub mod durable;
 pub mod manifest;
 mod parts;
 pub mod reject_parts;
-mod rejects;
+mod thread;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::Receiver;
 use serde::Deserialize;
 
-pub use rejects::write_rejects;
+pub use thread::{run_writer, WriterPlace};
 
-use crate::message::{Reject, Sources, WriterMsg};
+use crate::message::Sources;
 use crate::reader::IdKind;
-use parts::PartWriter;
 
 /// `[writers]`: where predictions go.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,11 +45,22 @@ pub struct WriterConfig {
     /// `zstd` (default), `snappy`, `gzip` or `none`.
     #[serde(default)]
     pub compression: Compression,
-    /// Replace an earlier run's output in `dir`. Default false: a directory
-    /// that already holds segpredict output is an error, so a misconfigured
-    /// job cannot silently overwrite last night's results.
+    /// Replace another run's output in `dir` (other inputs, another model:
+    /// what `_run.json` records). Default false: such a directory is refused,
+    /// naming what differs, so a misconfigured job cannot replace last
+    /// night's results. The same run's output is never replaced: it is
+    /// resumed, or left alone when complete.
     #[serde(default)]
     pub overwrite: bool,
+    /// Seconds between commits of each writer's files. Default 60. A crash
+    /// loses at most this much work; each commit costs an fsync and, for
+    /// a part cut short, a Parquet footer.
+    #[serde(default = "default_commit_every_s")]
+    pub commit_every_s: f64,
+}
+
+fn default_commit_every_s() -> f64 {
+    60.0
 }
 
 fn default_threads() -> usize {
@@ -73,8 +85,6 @@ pub enum Compression {
 pub enum WriterError {
     #[error("output directory {path} cannot be used: {message}")]
     Dir { path: PathBuf, message: String },
-    #[error("output directory {path} already holds segpredict output ({found}); set writers.overwrite = true or pass --overwrite")]
-    NotEmpty { path: PathBuf, found: String },
     #[error("writing {path}: {message}")]
     Write { path: PathBuf, message: String },
     #[error("invalid [writers] section: {0}")]
@@ -93,22 +103,16 @@ pub struct OutputSchema {
     pub rows_written: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Counts a writer thread reports when it ends, and the rejects it was sent.
+/// Counts a writer thread reports when it ends.
 #[derive(Debug, Default)]
 pub struct WriterReport {
     pub rows: u64,
+    /// The files it committed.
     pub files: Vec<PathBuf>,
-    pub rejects: Vec<Reject>,
+    pub rejects: u64,
+    /// Rejects by kind.
+    pub reject_kinds: BTreeMap<String, u64>,
     pub busy: Duration,
-}
-
-/// Names this program gives its output, and so may replace with `overwrite`.
-fn is_our_output(name: &str) -> bool {
-    (name.starts_with("part-") && name.ends_with(".parquet"))
-        || name.starts_with("_report.")
-        || name == "_rejects.parquet"
-        || name == "_SUCCESS"
-        || (name.starts_with(".part-") && name.ends_with(".inprogress"))
 }
 
 impl WriterConfig {
@@ -116,109 +120,21 @@ impl WriterConfig {
         self.threads.max(1)
     }
 
-    /// Creates the directory, proves it writable, and refuses (or with
-    /// `overwrite` clears) an earlier run's output, before any row is read.
-    pub fn prepare_dir(&self) -> Result<(), WriterError> {
+    pub fn commit_every(&self) -> Duration {
+        Duration::from_secs_f64(self.commit_every_s.max(0.0))
+    }
+
+    pub fn validate(&self) -> Result<(), WriterError> {
         if self.rows_per_file == 0 {
             return Err(WriterError::Config(
                 "rows_per_file must be at least 1".into(),
             ));
         }
-        let dir = &self.dir;
-        let dir_error = |e: std::io::Error| WriterError::Dir {
-            path: dir.clone(),
-            message: e.to_string(),
-        };
-        std::fs::create_dir_all(dir).map_err(dir_error)?;
-        let ours: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(dir_error)?
-            .filter_map(Result::ok)
-            .filter(|e| is_our_output(&e.file_name().to_string_lossy()))
-            .map(|e| e.path())
-            .collect();
-        if !ours.is_empty() && !self.overwrite {
-            let found = format!(
-                "{} files such as {}",
-                ours.len(),
-                ours[0].file_name().unwrap_or_default().to_string_lossy()
-            );
-            return Err(WriterError::NotEmpty {
-                path: dir.clone(),
-                found,
-            });
+        if !(self.commit_every_s.is_finite() && self.commit_every_s > 0.0) {
+            return Err(WriterError::Config(
+                "commit_every_s must be a positive number of seconds".into(),
+            ));
         }
-        for path in ours {
-            std::fs::remove_file(&path).map_err(dir_error)?;
-        }
-        let probe = dir.join(".segpredict-write-probe");
-        std::fs::write(&probe, b"").map_err(dir_error)?;
-        std::fs::remove_file(&probe).map_err(dir_error)
+        Ok(())
     }
-}
-
-/// One writer thread: writes every prediction it receives, keeps the rejects.
-/// On cancel or error its unfinished part is removed, never renamed.
-pub fn run_writer(
-    writer_idx: usize,
-    config: &WriterConfig,
-    schema: &OutputSchema,
-    messages: Receiver<WriterMsg>,
-    cancel: &AtomicBool,
-) -> Result<WriterReport, WriterError> {
-    crate::cpu::lower_this_thread();
-    let mut report = WriterReport::default();
-    let mut part: Option<PartWriter> = None;
-    let mut part_seq = 0usize;
-    for message in messages {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(report);
-        }
-        let started = Instant::now();
-        match message {
-            WriterMsg::Rejects(rejects) => report.rejects.extend(rejects),
-            WriterMsg::Predictions(predictions) => {
-                let writer = match part.as_mut() {
-                    Some(w) => w,
-                    None => {
-                        part_seq += 1;
-                        part.insert(PartWriter::create(
-                            &config.dir,
-                            writer_idx,
-                            part_seq,
-                            config.compression,
-                            schema,
-                        )?)
-                    }
-                };
-                report.rows += predictions.rows.len() as u64;
-                schema
-                    .rows_written
-                    .fetch_add(predictions.rows.len() as u64, Ordering::Relaxed);
-                writer.write(&predictions)?;
-                if writer.rows() >= config.rows_per_file {
-                    if let Some(full) = part.take() {
-                        report.files.push(full.finish()?);
-                    }
-                }
-            }
-        }
-        report.busy += started.elapsed();
-    }
-    if cancel.load(Ordering::Relaxed) {
-        return Ok(report);
-    }
-    if let Some(last) = part.take() {
-        report.files.push(last.finish()?);
-    }
-    Ok(report)
-}
-
-/// Marks a complete run, as Spark and Hadoop jobs do: downstream jobs wait
-/// for this file rather than guessing from the part files.
-pub fn write_success(dir: &Path) -> Result<(), WriterError> {
-    let path = dir.join("_SUCCESS");
-    std::fs::write(&path, b"").map_err(|e| WriterError::Write {
-        path,
-        message: e.to_string(),
-    })
 }

@@ -1,6 +1,5 @@
-//! One part file: written under a hidden temporary name, renamed when whole.
+//! One part file: written under a hidden temporary name, committed whole.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,21 +8,18 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
+use super::committing::CommittingParquet;
 use super::{Compression, OutputSchema, WriterError};
 use crate::message::{Predictions, RowId};
 use crate::reader::IdKind;
 
 pub struct PartWriter {
-    temp: PathBuf,
-    final_path: PathBuf,
-    writer: Option<ArrowWriter<File>>,
+    file: CommittingParquet,
     schema: SchemaRef,
     output: OutputSchema,
-    rows: usize,
 }
 
 /// The output's columns: the id as read, the prediction, and where the row
@@ -58,67 +54,55 @@ pub fn properties(compression: Compression) -> WriterProperties {
 }
 
 impl PartWriter {
+    /// Starts `dir/name`, written as `dir/.name.inprogress` until committed.
     pub fn create(
         dir: &Path,
-        writer_idx: usize,
-        seq: usize,
+        name: &str,
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let name = format!("part-{writer_idx:02}-{seq:05}.parquet");
-        let final_path = dir.join(&name);
-        let temp = dir.join(format!(".{name}.inprogress"));
-        let write_error = |message: String| WriterError::Write {
-            path: temp.clone(),
-            message,
-        };
-        let file = File::create(&temp).map_err(|e| write_error(e.to_string()))?;
+        let final_path = dir.join(name);
+        let temp = dir.join(super::checkpoint::temp_name(name));
         let schema = arrow_schema(output.id_kind);
-        let writer = ArrowWriter::try_new(file, schema.clone(), Some(properties(compression)))
-            .map_err(|e| write_error(e.to_string()))?;
-        Ok(Self {
-            temp,
+        let file = CommittingParquet::create(
+            temp.clone(),
             final_path,
-            writer: Some(writer),
+            schema.clone(),
+            properties(compression),
+        )
+        .map_err(|message| WriterError::Write {
+            path: temp,
+            message,
+        })?;
+        Ok(Self {
+            file,
             schema,
             output: output.clone(),
-            rows: 0,
         })
     }
 
     pub fn rows(&self) -> usize {
-        self.rows
+        self.file.rows()
     }
 
     pub fn write(&mut self, predictions: &Predictions) -> Result<(), WriterError> {
         let batch = self.record_batch(predictions)?;
-        let temp = &self.temp;
-        let writer = self.writer.as_mut().ok_or_else(|| WriterError::Write {
-            path: temp.clone(),
-            message: "the part is already closed".into(),
-        })?;
-        writer.write(&batch).map_err(|e| WriterError::Write {
-            path: self.temp.clone(),
-            message: e.to_string(),
-        })?;
-        self.rows += predictions.rows.len();
-        Ok(())
+        self.file.write(&batch).map_err(|e| self.error(e))
     }
 
-    /// Closes the file and gives it its final name.
-    pub fn finish(mut self) -> Result<PathBuf, WriterError> {
-        let writer = self
-            .writer
-            .take()
-            .ok_or_else(|| self.error("the part is already closed".into()))?;
-        writer.close().map_err(|e| self.error(e.to_string()))?;
-        std::fs::rename(&self.temp, &self.final_path).map_err(|e| self.error(e.to_string()))?;
-        Ok(self.final_path.clone())
+    /// Closes the file and commits it under its final name (fsync, rename,
+    /// directory fsync); on failure nothing is left behind.
+    pub fn finish(self) -> Result<PathBuf, WriterError> {
+        let temp = self.file.temp_path().to_path_buf();
+        self.file.commit().map_err(|message| WriterError::Write {
+            path: temp,
+            message,
+        })
     }
 
     fn error(&self, message: String) -> WriterError {
         WriterError::Write {
-            path: self.temp.clone(),
+            path: self.file.temp_path().to_path_buf(),
             message,
         }
     }
@@ -175,14 +159,5 @@ impl PartWriter {
             ),
         ];
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| self.error(e.to_string()))
-    }
-}
-
-impl Drop for PartWriter {
-    /// A part dropped before `finish` (error, cancel) leaves no file behind.
-    fn drop(&mut self) {
-        if self.writer.is_some() {
-            let _ = std::fs::remove_file(&self.temp);
-        }
     }
 }

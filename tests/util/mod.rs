@@ -104,6 +104,8 @@ pub struct Pipeline {
     pub model_extra: Vec<String>,
     /// Raw lines added to `[bucketing]`.
     pub bucketing_extra: Vec<String>,
+    /// Raw lines added to `[writers]`, e.g. `commit_every_s = 0.2`.
+    pub writers_extra: Vec<String>,
 }
 
 impl Pipeline {
@@ -128,6 +130,7 @@ impl Pipeline {
             overwrite: false,
             model_extra: Vec::new(),
             bucketing_extra: Vec::new(),
+            writers_extra: Vec::new(),
         }
     }
 
@@ -169,6 +172,10 @@ impl Pipeline {
             t += &format!("rows_per_file = {n}\n");
         }
         t += &format!("overwrite = {}\n", self.overwrite);
+        for line in &self.writers_extra {
+            t += line;
+            t += "\n";
+        }
         t
     }
 

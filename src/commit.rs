@@ -1,0 +1,148 @@
+//! Committing a run: once every shard's done marker is there, check every
+//! shard's accounting against the manifest and the committed files, merge
+//! the rejects into `_rejects.parquet`, write `_report.json`, and write
+//! `_SUCCESS` last. The shard that finishes last does this, and so does
+//! `segpredict commit DIR` by hand.
+//!
+//! Two shards finishing at once may both commit: each writes every file
+//! whole under a temporary name of its own and renames it, and both write
+//! the same content, so the directory is complete whichever rename lands
+//! last. Each shard writes its marker before it looks for the others', so
+//! of two shards finishing together at least one sees both markers.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+use crate::exit::Permanent;
+use crate::message::Finished;
+use crate::writer::checkpoint::{self, ShardDone, REJECTS_NAME};
+use crate::writer::durable;
+use crate::writer::manifest::RunManifest;
+use crate::writer::reject_parts::merge_rejects;
+
+/// Totals over every shard of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    pub rows_in: u64,
+    pub rows_out: u64,
+    pub rows_rejected: u64,
+    pub rows_resumed: u64,
+    pub attempts: u32,
+}
+
+/// Whether a run could be committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitState {
+    Committed(Totals),
+    /// These shards are not done yet.
+    Waiting(Vec<u32>),
+}
+
+/// Commits the run in `dir` if every shard is done.
+pub fn commit_run(dir: &Path) -> Result<CommitState> {
+    let manifest = RunManifest::read(dir)?.ok_or_else(|| {
+        Permanent(anyhow::anyhow!(
+            "{} holds no segpredict run (no _run.json)",
+            dir.display()
+        ))
+    })?;
+    let shards = match checkpoint::shards_done(dir, manifest.shards)? {
+        Ok(shards) => shards,
+        Err(missing) => return Ok(CommitState::Waiting(missing)),
+    };
+    let totals = check_accounting(dir, &manifest, &shards).map_err(Permanent)?;
+    let committed = checkpoint::all_committed(dir)?;
+    let rejects: Vec<_> = committed
+        .iter()
+        .filter(|c| c.finished == Finished::Rejected)
+        .map(|c| c.path.clone())
+        .collect();
+    merge_rejects(&rejects, &dir.join(REJECTS_NAME))
+        .map_err(|(path, e)| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    write_report(dir, &shards, totals)?;
+    checkpoint::write_success(dir)?;
+    Ok(CommitState::Committed(totals))
+}
+
+/// Every shard's rows add up, the shards cover the input, and the committed
+/// files hold exactly the rows the markers say (counted from the Parquet
+/// footers, not read).
+fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) -> Result<Totals> {
+    let mut totals = Totals::default();
+    for shard in shards {
+        if shard.rows_out + shard.rows_rejected != shard.rows_in {
+            bail!(
+                "{}: shard {} accounts for {} + {} rows of its {}",
+                dir.display(),
+                shard.shard,
+                shard.rows_out,
+                shard.rows_rejected,
+                shard.rows_in
+            );
+        }
+        totals.rows_in += shard.rows_in;
+        totals.rows_out += shard.rows_out;
+        totals.rows_rejected += shard.rows_rejected;
+        totals.rows_resumed += shard.rows_resumed;
+        totals.attempts += shard.attempts;
+    }
+    let input_rows: u64 = manifest.inputs.iter().map(|i| i.rows).sum();
+    if totals.rows_in != input_rows {
+        bail!(
+            "{}: the shards account for {} rows of an input of {}",
+            dir.display(),
+            totals.rows_in,
+            input_rows
+        );
+    }
+    let committed = checkpoint::all_committed(dir)?;
+    let (mut predicted, mut rejected) = (0u64, 0u64);
+    for file in &committed {
+        let rows = footer_rows(&file.path)?;
+        match file.finished {
+            Finished::Predicted => predicted += rows,
+            Finished::Rejected => rejected += rows,
+        }
+    }
+    if (predicted, rejected) != (totals.rows_out, totals.rows_rejected) {
+        bail!(
+            "{}: the committed files hold {} predicted and {} rejected rows, the shards say {} and {}",
+            dir.display(),
+            predicted,
+            rejected,
+            totals.rows_out,
+            totals.rows_rejected
+        );
+    }
+    Ok(totals)
+}
+
+fn footer_rows(path: &Path) -> Result<u64> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let reader = parquet::file::reader::SerializedFileReader::new(file)
+        .with_context(|| format!("reading {}", path.display()))?;
+    use parquet::file::reader::FileReader;
+    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
+}
+
+/// `_report.json`: the shard's own report for a run of one shard; the
+/// totals and every shard's report for several.
+fn write_report(dir: &Path, shards: &[ShardDone], totals: Totals) -> Result<()> {
+    let value = match shards {
+        [only] => only.report.clone(),
+        _ => json!({
+            "rows_in": totals.rows_in,
+            "rows_out": totals.rows_out,
+            "rows_rejected": totals.rows_rejected,
+            "rows_resumed": totals.rows_resumed,
+            "attempts": totals.attempts,
+            "shards": shards.iter().map(|s| s.report.clone()).collect::<Vec<_>>(),
+        }),
+    };
+    let path = dir.join("_report.json");
+    let text = serde_json::to_string_pretty(&value)?;
+    durable::write_atomic(&path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,200 @@
+//! One writer thread: appends the predictions it receives to its own part
+//! file and the rejects to its own rejects file, and commits both (fsync,
+//! rename, directory fsync) at least every `commit_every_s` and whenever a
+//! part reaches `rows_per_file`. A crash loses at most the window since the
+//! last commit; what is committed is the checkpoint a later attempt resumes
+//! from. Nothing grows with the length of the run: rejects go to disk as
+//! they arrive.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::checkpoint::{temp_name, AttemptNames, PROGRESS_DIR};
+use super::parts::PartWriter;
+use super::reject_parts::RejectPart;
+use super::{OutputSchema, WriterConfig, WriterError, WriterReport};
+use crate::message::{Predictions, Reject, WriterMsg};
+
+/// Where one writer thread writes, and under which names.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterPlace<'a> {
+    pub dir: &'a Path,
+    pub names: AttemptNames,
+    pub writer_idx: usize,
+}
+
+/// The files a writer thread has open, and since when they hold rows not
+/// yet committed.
+struct Open<'a> {
+    place: WriterPlace<'a>,
+    config: &'a WriterConfig,
+    schema: &'a OutputSchema,
+    part: Option<PartWriter>,
+    rejects: Option<RejectPart>,
+    part_seq: usize,
+    rejects_seq: usize,
+    uncommitted_since: Option<Instant>,
+}
+
+impl Open<'_> {
+    fn write_predictions(&mut self, p: &Predictions) -> Result<(), WriterError> {
+        let part = match self.part.as_mut() {
+            Some(part) => part,
+            None => {
+                self.part_seq += 1;
+                let name = self
+                    .place
+                    .names
+                    .part(self.place.writer_idx, self.part_seq);
+                self.part.insert(PartWriter::create(
+                    self.place.dir,
+                    &name,
+                    self.config.compression,
+                    self.schema,
+                )?)
+            }
+        };
+        part.write(p)?;
+        self.uncommitted_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    fn write_rejects(&mut self, rejects: &[Reject]) -> Result<(), WriterError> {
+        if rejects.is_empty() {
+            return Ok(());
+        }
+        let file = match self.rejects.as_mut() {
+            Some(file) => file,
+            None => {
+                self.rejects_seq += 1;
+                let name = self
+                    .place
+                    .names
+                    .rejects(self.place.writer_idx, self.rejects_seq);
+                let folder = self.place.dir.join(PROGRESS_DIR);
+                let (temp, final_path) = (folder.join(temp_name(&name)), folder.join(&name));
+                let created = RejectPart::create(temp.clone(), final_path);
+                self.rejects.insert(created.map_err(|message| WriterError::Write {
+                    path: temp,
+                    message,
+                })?)
+            }
+        };
+        file.write(rejects, &self.schema.sources)
+            .map_err(|message| WriterError::Write {
+                path: file.path().to_path_buf(),
+                message,
+            })?;
+        self.uncommitted_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    fn part_is_full(&self) -> bool {
+        self.part
+            .as_ref()
+            .is_some_and(|p| p.rows() >= self.config.rows_per_file)
+    }
+
+    fn commit_due(&self, every: Duration) -> bool {
+        self.uncommitted_since.is_some_and(|t| t.elapsed() >= every)
+    }
+
+    /// How long the thread may wait for a message before a commit is due.
+    fn patience(&self, every: Duration) -> Duration {
+        match self.uncommitted_since {
+            Some(t) => every.saturating_sub(t.elapsed()),
+            None => Duration::from_secs(3600),
+        }
+    }
+
+    fn commit_part(&mut self, files: &mut Vec<PathBuf>) -> Result<(), WriterError> {
+        if let Some(part) = self.part.take() {
+            files.push(part.finish()?);
+        }
+        Ok(())
+    }
+
+    fn commit_all(&mut self, files: &mut Vec<PathBuf>) -> Result<(), WriterError> {
+        self.commit_part(files)?;
+        if let Some(rejects) = self.rejects.take() {
+            let temp = rejects.path().to_path_buf();
+            files.push(rejects.commit().map_err(|message| WriterError::Write {
+                path: temp,
+                message,
+            })?);
+        }
+        self.uncommitted_since = None;
+        Ok(())
+    }
+}
+
+/// Runs one writer thread until its channel closes or the run is cancelled;
+/// either way it commits the rows it has written (they are whole
+/// predictions, and a later attempt need not redo them). On an error its
+/// open files are removed, never renamed.
+pub fn run_writer(
+    place: WriterPlace<'_>,
+    config: &WriterConfig,
+    schema: &OutputSchema,
+    messages: Receiver<WriterMsg>,
+    cancel: &AtomicBool,
+) -> Result<WriterReport, WriterError> {
+    crate::cpu::lower_this_thread();
+    let every = config.commit_every();
+    let mut report = WriterReport::default();
+    let mut open = Open {
+        place,
+        config,
+        schema,
+        part: None,
+        rejects: None,
+        part_seq: 0,
+        rejects_seq: 0,
+        uncommitted_since: None,
+    };
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let message = match messages.recv_timeout(open.patience(every)) {
+            Ok(message) => Some(message),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let started = Instant::now();
+        match message {
+            Some(WriterMsg::Predictions(p)) => {
+                open.write_predictions(&p)?;
+                report.rows += p.rows.len() as u64;
+                schema
+                    .rows_written
+                    .fetch_add(p.rows.len() as u64, Ordering::Relaxed);
+                if open.part_is_full() {
+                    open.commit_part(&mut report.files)?;
+                }
+            }
+            Some(WriterMsg::Rejects(rejects)) => {
+                open.write_rejects(&rejects)?;
+                count_rejects(&mut report.reject_kinds, &rejects);
+                report.rejects += rejects.len() as u64;
+            }
+            None => {}
+        }
+        if open.commit_due(every) {
+            open.commit_all(&mut report.files)?;
+        }
+        report.busy += started.elapsed();
+    }
+    open.commit_all(&mut report.files)?;
+    Ok(report)
+}
+
+fn count_rejects(kinds: &mut BTreeMap<String, u64>, rejects: &[Reject]) {
+    for reject in rejects {
+        *kinds.entry(reject.kind.to_string()).or_default() += 1;
+    }
+}

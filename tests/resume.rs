@@ -1,0 +1,376 @@
+//! The nightly job survives: a run killed with SIGKILL at any moment and run
+//! again finishes with the output an uninterrupted run gives, redoing only
+//! what was not committed; a finished run is left alone; another run's
+//! output is refused naming the difference; shards share one directory.
+//!
+//! Runs here are slowed (tiny batches, so thousands of forward passes) and
+//! commit every 0.2 s, so that a kill lands mid-run after some commits. Kill
+//! moments are random; the seed is printed and `SEGPREDICT_TEST_SEED`
+//! replays it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// A run slowed to a few seconds on CPU that commits often.
+fn slowed(input: &Path, out: &Path) -> Pipeline {
+    let mut p = Pipeline::new(input, out);
+    p.max_segments = 64;
+    p.max_rows = 16;
+    p.batch_rows = 16;
+    p.rows_per_file = Some(60);
+    p.writers_extra.push("commit_every_s = 0.2".into());
+    p
+}
+
+fn spawn(pipeline_file: &Path, args: &[&str]) -> Child {
+    quiet_env(Command::new(bin()).arg("run").arg(pipeline_file).args(args))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting segpredict")
+}
+
+/// SIGKILLs `child` once `ready` holds or `deadline` passes, whichever is
+/// first; returns whether it was still running when killed.
+fn kill_when(child: &mut Child, deadline: Instant, ready: impl Fn() -> bool) -> bool {
+    while Instant::now() < deadline && !ready() {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().ok();
+    child.wait().unwrap();
+    running
+}
+
+/// Rows in the committed part and rejects files of an output directory.
+fn committed_rows(out: &Path) -> usize {
+    let mut files = part_files(out);
+    files.extend(
+        list_dir(&out.join("_progress"))
+            .into_iter()
+            .filter(|p| file_name(p).starts_with("rejects-") && file_name(p).ends_with(".parquet")),
+    );
+    files
+        .iter()
+        .map(|f| {
+            read_batches(f)
+                .unwrap_or_else(|e| panic!("a committed file is not whole: {e}"))
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
+/// Temporary files anywhere under `out`.
+fn temporary_files(out: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for folder in [out.to_path_buf(), out.join("_progress")] {
+        for p in list_dir(&folder) {
+            if file_name(&p).ends_with(".inprogress") {
+                found.push(p.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// A deterministic pseudo-random sequence (SplitMix64), seeded per test run.
+struct Moments(u64);
+
+impl Moments {
+    fn seeded() -> Self {
+        let seed = std::env::var("SEGPREDICT_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("kill moments: SEGPREDICT_TEST_SEED={seed}");
+        Self(seed)
+    }
+
+    /// Uniform in [0, 1).
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
+    }
+}
+
+/// Label ids and scores of an output, by id.
+fn predictions(output: &[OutRow]) -> HashMap<String, (i32, f32)> {
+    by_id(output)
+        .into_iter()
+        .map(|(id, r)| (id.to_string(), (r.label_id, r.score)))
+        .collect()
+}
+
+fn assert_same_predictions(output: &[OutRow], reference: &HashMap<String, (i32, f32)>) {
+    let got = predictions(output);
+    assert_eq!(got.len(), reference.len(), "row counts differ");
+    for (id, (label_id, score)) in reference {
+        let (l, s) = got[id];
+        assert!(
+            l == *label_id && (s - score).abs() <= 1e-4,
+            "id {id}: label_id {l} score {s}, uninterrupted {label_id} {score}"
+        );
+    }
+}
+
+/// The checks every completed run of `input` must pass: exit 0, each id
+/// once, the reference's predictions, `_SUCCESS`, no temporary file.
+fn assert_complete(run: &RunResult, ids: &[String], reference: &HashMap<String, (i32, f32)>) {
+    run.expect_code(0);
+    let out = &run.out_dir;
+    let output = read_output(out);
+    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(out));
+    assert_same_predictions(&output, reference);
+    assert!(out.join("_SUCCESS").is_file(), "no _SUCCESS: {}", run.describe());
+    assert!(temporary_files(out).is_empty(), "{:?}", temporary_files(out));
+}
+
+#[test]
+fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 600);
+    let ids = ids_of(&read_input(&input));
+    let reference_out = dir.path().join("reference");
+    let started = Instant::now();
+    let reference_run = slowed(&input, &reference_out).run(&[]);
+    let duration = started.elapsed();
+    reference_run.expect_code(0);
+    let reference = predictions(&read_output(&reference_out));
+    assert_eq!(reference.len(), ids.len());
+
+    let mut moments = Moments::seeded();
+    let mut resumed_trials = 0;
+    for trial in 0..6 {
+        let out = dir.path().join(format!("trial-{trial}"));
+        let file = slowed(&input, &out).write(&dir.path().join(format!("trial-{trial}.toml")));
+        // Trial 5 waits for a committed part, so at least one trial is
+        // killed after a commit whatever the random moments; trial 4 is
+        // killed twice before its rerun.
+        let kills = if trial == 4 { 2 } else { 1 };
+        let mut committed_at_kill = 0;
+        for _ in 0..kills {
+            let mut child = spawn(&file, &[]);
+            let after = duration.mul_f64(0.1 + 0.8 * moments.next());
+            let deadline = Instant::now() + if trial == 5 { duration * 2 } else { after };
+            let wait_for_commit = || trial == 5 && !part_files(&out).is_empty();
+            let killed = kill_when(&mut child, deadline, wait_for_commit);
+            committed_at_kill = committed_rows(&out);
+            eprintln!(
+                "trial {trial}: killed after {after:?} (running: {killed}), {committed_at_kill} rows committed"
+            );
+        }
+        let rerun = run_file(&file, &[], &out);
+        assert_complete(&rerun, &ids, &reference);
+        let report = read_report(&out);
+        let resumed = report_u64(&report, "rows_resumed") as usize;
+        assert_eq!(
+            resumed, committed_at_kill,
+            "trial {trial}: the rerun must skip exactly the committed rows: {report}"
+        );
+        if committed_at_kill > 0 {
+            resumed_trials += 1;
+            assert!(report_u64(&report, "attempts") >= 2, "{report}");
+        }
+        if trial == 4 && committed_at_kill > 0 {
+            assert_eq!(report_u64(&report, "attempts"), 3, "{report}");
+        }
+    }
+    assert!(resumed_trials >= 1);
+}
+
+/// Every file under `dir` with its size, modification time and inode.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, i64, i64, u64)> {
+    let mut files = BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for path in list_dir(&folder) {
+            let meta = std::fs::metadata(&path).unwrap();
+            if meta.is_dir() {
+                folders.push(path.clone());
+            }
+            files.insert(
+                path,
+                (meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino()),
+            );
+        }
+    }
+    files
+}
+
+#[test]
+fn rerunning_a_finished_run_exits_0_and_touches_nothing() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 40);
+    let out = dir.path().join("out");
+    let pipeline = Pipeline::new(&input, &out);
+    pipeline.run(&[]).expect_code(0);
+    let before = snapshot(&out);
+    let run = pipeline.run(&[]);
+    run.expect_code(0);
+    assert_eq!(snapshot(&out), before, "a finished run's files changed");
+    assert!(
+        run.stderr.contains("already complete") || run.stdout.contains("already complete"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// The one error line of a refused run: exit 2, no panic.
+fn expect_refused(run: &RunResult) -> String {
+    assert_eq!(run.code, 2, "expected exit code 2: {}", run.describe());
+    assert!(!run.stderr.contains("panicked"), "{}", run.describe());
+    let lines = error_lines(&run.stderr);
+    assert_eq!(lines.len(), 1, "{}", run.describe());
+    lines[0].to_string()
+}
+
+#[test]
+fn a_changed_input_file_or_model_is_refused_naming_the_difference() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 40);
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(&input, &out);
+    pipeline.run(&[]).expect_code(0);
+    let before = read_output(&out);
+
+    // The same path, other content.
+    sample_subset(dir.path(), "in.parquet", 30);
+    let line = expect_refused(&pipeline.run(&[]));
+    assert!(line.contains("in.parquet") && line.contains("changed"), "{line}");
+    assert!(line.contains("rows 40 -> 30"), "{line}");
+    assert!(line.contains("--overwrite"), "{line}");
+    assert_eq!(read_output(&out), before, "a refused run touched the output");
+
+    // Another model (same predictions, other file content).
+    sample_subset(dir.path(), "in.parquet", 40);
+    let other_out = dir.path().join("other");
+    pipeline.output = other_out.clone();
+    pipeline.run(&[]).expect_code(0);
+    let other_model = dir.path().join("other.pt");
+    fixture("other-model", &model(), &other_model, &[]);
+    pipeline.model = other_model;
+    let line = expect_refused(&pipeline.run(&[]));
+    assert!(line.contains("model differs"), "{line}");
+
+    // --overwrite replaces the other run's output.
+    pipeline.run(&["--overwrite"]).expect_code(0);
+    assert_eq!(read_output(&other_out).len(), 40);
+}
+
+#[test]
+fn three_shards_one_killed_and_rerun_give_one_processs_output() {
+    let dir = tmp();
+    let input = dir.path().join("in.parquet");
+    fixture(
+        "rowgroups",
+        &sample(),
+        &input,
+        &["--rows", "360", "--row-group-size", "20"],
+    );
+    let ids = ids_of(&read_input(&input));
+    let single = dir.path().join("single");
+    slowed(&input, &single).run(&[]).expect_code(0);
+    let reference = predictions(&read_output(&single));
+
+    let out = dir.path().join("sharded");
+    let file = slowed(&input, &out).write(&dir.path().join("sharded.toml"));
+    let mut shards: Vec<Child> = (0..3)
+        .map(|i| spawn(&file, &["--shard", &format!("{i}/3")]))
+        .collect();
+    // Shard 1 is killed as soon as it has committed a part.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let killed = kill_when(&mut shards[1], deadline, || {
+        part_files(&out)
+            .iter()
+            .any(|p| file_name(p).starts_with("part-s001of003-"))
+    });
+    assert!(killed, "shard 1 finished before it could be killed");
+    for (i, shard) in shards.into_iter().enumerate() {
+        if i != 1 {
+            let output = shard.wait_with_output().unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "shard {i}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    assert!(
+        !out.join("_SUCCESS").exists(),
+        "_SUCCESS written while shard 1 is not done"
+    );
+    let rerun = run_file(&file, &["--shard", "1/3"], &out);
+    assert_complete(&rerun, &ids, &reference);
+    let report = read_report(&out);
+    assert_eq!(report_u64(&report, "rows_in"), 360, "{report}");
+    assert!(report_u64(&report, "rows_resumed") > 0, "{report}");
+}
+
+#[test]
+fn local_shards_on_cpu_give_one_processs_output() {
+    let dir = tmp();
+    let input = dir.path().join("in.parquet");
+    fixture(
+        "rowgroups",
+        &sample(),
+        &input,
+        &["--rows", "200", "--row-group-size", "25"],
+    );
+    let ids = ids_of(&read_input(&input));
+    let single = dir.path().join("single");
+    Pipeline::new(&input, &single).run(&[]).expect_code(0);
+    let reference = predictions(&read_output(&single));
+    let out = dir.path().join("local");
+    let run = Pipeline::new(&input, &out).run(&["--local-shards", "2"]);
+    assert_complete(&run, &ids, &reference);
+    let parts: Vec<String> = part_files(&out).iter().map(|p| file_name(p)).collect();
+    for shard in ["s000of002", "s001of002"] {
+        assert!(
+            parts.iter().any(|p| p.contains(shard)),
+            "no part of shard {shard}: {parts:?}"
+        );
+    }
+}
+
+#[test]
+fn commit_by_hand_names_the_missing_shards() {
+    let dir = tmp();
+    let input = dir.path().join("in.parquet");
+    fixture(
+        "rowgroups",
+        &sample(),
+        &input,
+        &["--rows", "100", "--row-group-size", "25"],
+    );
+    let out = dir.path().join("out");
+    let pipeline = Pipeline::new(&input, &out);
+    pipeline.run(&["--shard", "0/3"]).expect_code(0);
+    pipeline.run(&["--shard", "2/3"]).expect_code(0);
+    assert!(!out.join("_SUCCESS").exists());
+    let commit = run_command(Command::new(bin()).arg("commit").arg(&out), &out);
+    assert_ne!(commit.code, 0, "{}", commit.describe());
+    assert!(commit.stderr.contains("shard 1"), "{}", commit.describe());
+    pipeline.run(&["--shard", "1/3"]).expect_code(0);
+    assert!(out.join("_SUCCESS").is_file());
+    let commit = run_command(Command::new(bin()).arg("commit").arg(&out), &out);
+    commit.expect_code(0);
+}
