@@ -20,7 +20,7 @@ use crate::message::{InputSpec, Row, ShardSpec, WriterMsg};
 use crate::reader::{self, ReadPlan, ReaderStats};
 use crate::report::{memory_summary, RunReport, StageBusy};
 use crate::worker::calibrate::{parse_size, Calibration, CalibrationError};
-use crate::worker::{self, Worker, WorkerReport};
+use crate::worker::{self, Worker, WorkerError, WorkerReport};
 use crate::writer::checkpoint::{self, ShardDone, Start};
 use crate::writer::done::scan_committed;
 use crate::writer::manifest::{
@@ -189,9 +189,21 @@ fn run_manifest(config: &PipelineConfig, plan: &ReadPlan, shards: u32) -> Result
     let hash = |path: &std::path::Path, what: &str| {
         sha256_file(path).with_context(|| format!("reading the {what} {}", path.display()))
     };
+    // The same errors the model worker gives, before it loads anything.
+    let (model, labels) = (&config.model.path, &config.model.labels);
+    if !model.is_file() {
+        return Err(WorkerError::ModelMissing { path: model.clone() }.into());
+    }
+    if !labels.is_file() {
+        return Err(WorkerError::Labels {
+            path: labels.clone(),
+            message: "no such file".into(),
+        }
+        .into());
+    }
     let fingerprint = Fingerprint {
-        model_sha256: hash(&config.model.path, "model")?,
-        labels_sha256: hash(&config.model.labels, "labels file")?,
+        model_sha256: hash(model, "model")?,
+        labels_sha256: hash(labels, "labels file")?,
         columns: format!("{:?}", config.readers.columns),
         dtype: format!("{:?}", config.model.dtype).to_lowercase(),
     };

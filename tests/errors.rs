@@ -84,25 +84,28 @@ fn input_directory_without_parquet_files_is_one_line_naming_it() {
 }
 
 #[test]
-fn earlier_output_without_overwrite_is_one_line_and_left_intact() {
+fn earlier_output_of_another_run_without_overwrite_is_one_line_and_left_intact() {
     let dir = tmp();
     let input = sample_subset(dir.path(), "subset.parquet", 20);
+    let other_input = sample_subset(dir.path(), "other.parquet", 10);
     let out = dir.path().join("out");
     let pipeline = Pipeline::new(&input, &out);
     pipeline.run(&[]).expect_code(0);
     let before = read_output(&out);
     assert_eq!(before.len(), 20);
 
-    let run = pipeline.run(&[]);
+    let other = Pipeline::new(&other_input, &out);
+    let run = other.run(&[]);
     let line = expect_one_line_error(&run);
     assert!(line.contains("overwrite"), "{line}");
     assert!(line.contains(&out.display().to_string()), "{line}");
+    assert!(line.contains("other.parquet is new"), "{line}");
     // The earlier run's output is untouched.
     assert!(out.join("_SUCCESS").is_file());
     assert_eq!(read_output(&out), before);
 
     // --overwrite replaces it.
-    pipeline.run(&["--overwrite"]).expect_code(0);
+    other.run(&["--overwrite"]).expect_code(0);
     assert!(out.join("_SUCCESS").is_file());
-    assert_eq!(read_output(&out).len(), 20);
+    assert_eq!(read_output(&out).len(), 10);
 }

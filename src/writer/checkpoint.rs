@@ -68,7 +68,16 @@ impl CheckpointError {
             | CheckpointError::Marker { .. }
             | CheckpointError::Accounting { .. } => true,
             CheckpointError::Manifest(ManifestError::Parse { .. }) => true,
-            CheckpointError::Io { .. } | CheckpointError::Manifest(_) => false,
+            // A path that is not a directory, or one this user may not
+            // write, stays so however often the job is retried.
+            CheckpointError::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::NotADirectory
+                    | std::io::ErrorKind::IsADirectory
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+            ),
+            CheckpointError::Manifest(_) => false,
         }
     }
 }

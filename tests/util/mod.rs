@@ -543,10 +543,11 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// Checks a failed run: exit code 1, one error line on stderr (log lines
-/// aside), no panic; returns that line.
+/// Checks a run that failed for good (settings, inputs, model, output
+/// directory): exit code 2, which a scheduler does not retry, one error line
+/// on stderr (log lines aside), no panic; returns that line.
 pub fn expect_one_line_error(run: &RunResult) -> String {
-    assert_eq!(run.code, 1, "expected exit code 1: {}", run.describe());
+    assert_eq!(run.code, 2, "expected exit code 2: {}", run.describe());
     for needle in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
         assert!(
             !run.stderr.contains(needle),
