@@ -156,6 +156,31 @@ fn pipeline_only_wires() {
 }
 
 #[test]
+fn no_string_errors_in_src() {
+    let mut offences = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        // Unit tests may turn errors into test failures' text.
+        let code_before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code_before_tests.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let string_result = code.contains("Result<") && code.contains(", String>");
+            // An error variant filled with another error's text drops that
+            // error: keep it as a `#[source]` instead.
+            let stringified = code.contains("map_err(|e| ") && code.contains("e.to_string()");
+            if string_result || stringified {
+                offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "errors are typed (thiserror), not strings:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
 fn the_checks_see_what_they_check() {
     // Guards against a tidy test that passes because it reads nothing.
     assert_eq!(
