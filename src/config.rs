@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn model_format_defaults_to_auto_and_names_are_checked() {
+        use crate::worker::ModelFormat;
+        let config = PipelineConfig::parse(MINIMAL).unwrap();
+        assert_eq!(config.model.format, ModelFormat::Auto);
+        let text = MINIMAL.replace("[model]", "[model]\nformat = \"torchscript\"");
+        let config = PipelineConfig::parse(&text).unwrap();
+        assert_eq!(config.model.format, ModelFormat::TorchScript);
+        let text = MINIMAL.replace("[model]", "[model]\nformat = \"onnx\"");
+        let error = PipelineConfig::parse(&text).unwrap_err().to_string();
+        assert!(error.contains("onnx"), "{error}");
+    }
+
+    #[test]
     fn a_word_other_than_auto_is_an_error() {
         let text = MINIMAL.replace("[model]", "[bucketing]\nmax_segments = \"lots\"\n[model]");
         assert!(PipelineConfig::parse(&text).is_err());
