@@ -21,7 +21,7 @@ pub struct PipelineConfig {
     /// `[bucketing]`: how rows are grouped into batches under the segment budget.
     #[serde(default)]
     pub bucketing: BucketingConfig,
-    /// `[model]`: the TorchScript model, its labels and the device.
+    /// `[model]`: the model file and its format, its labels and the device.
     pub model: ModelConfig,
     /// `[writers]`: where predictions go.
     pub writers: WriterConfig,

@@ -33,7 +33,7 @@ use crate::message::{
     WriterMsg,
 };
 
-/// `[model]`: the TorchScript model, its labels and the device.
+/// `[model]`: the model file and its format, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
