@@ -21,6 +21,7 @@ use crate::writer::checkpoint::CheckpointError;
 use crate::writer::done::ScanError;
 use crate::writer::manifest::ManifestError;
 use crate::writer::WriterError;
+use crate::{report, worker};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -226,7 +227,7 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         config.bucketing.gpu_memory = Some(target);
         config.auto_budget = true;
     }
-    let allocator = pipeline::configure_allocator(&config);
+    let allocator = worker::configure_allocator(&config.model);
     let dir = config.writers.dir.clone();
     let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
     let fraction = args.max_reject_fraction;
@@ -290,7 +291,7 @@ fn run_local_shards(local: LocalShards) -> Result<Outcome> {
     let gpus = if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some_and(|v| v.is_empty()) {
         0
     } else {
-        tch::Cuda::device_count().max(0) as usize
+        worker::cuda_device_count()
     };
     Ok(crate::local_shards::run(local, gpus, &args)?)
 }
@@ -324,14 +325,14 @@ fn calibrate(args: CalibrateArgs) -> Result<()> {
         device: args.device,
         ..Overrides::default()
     });
-    let allocator = pipeline::configure_allocator(&config);
+    let allocator = worker::configure_allocator(&config.model);
     let calibration = pipeline::calibrate(&config, &args.gpu_memory)?;
     println!(
         "{}",
-        pipeline::describe_calibration(&calibration, allocator.as_deref())
+        report::describe_calibration(&calibration, allocator.as_deref())
     );
     if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&calibration)?;
+        let text = serde_json::to_string_pretty(&report::CalibrationReport::from(&calibration))?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -17,10 +17,10 @@ use serde_json::json;
 
 use crate::exit::Permanent;
 use crate::message::Finished;
-use crate::writer::checkpoint::{self, ShardDone, REJECTS_NAME};
-use crate::writer::durable;
+use crate::writer::checkpoint::{self, ShardDone};
 use crate::writer::manifest::RunManifest;
 use crate::writer::reject_parts::merge_rejects;
+use crate::writer::OutputLayout;
 
 /// Totals over every shard of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,16 +53,16 @@ pub fn commit_run(dir: &Path) -> Result<CommitState> {
         Err(missing) => return Ok(CommitState::Waiting(missing)),
     };
     let totals = check_accounting(dir, &manifest, &shards).map_err(Permanent)?;
-    let committed = checkpoint::all_committed(dir)?;
+    let layout = OutputLayout::new(dir);
+    let committed = checkpoint::committed_files(dir, None)?;
     let rejects: Vec<_> = committed
         .iter()
         .filter(|c| c.finished == Finished::Rejected)
         .map(|c| c.path.clone())
         .collect();
-    merge_rejects(&rejects, &dir.join(REJECTS_NAME))
-        .map_err(|(path, e)| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    write_report(dir, &shards, totals)?;
-    checkpoint::write_success(dir)?;
+    merge_rejects(&rejects, &layout.rejects())?;
+    write_report(&layout, &shards, totals)?;
+    checkpoint::publish(&layout.success(), b"")?;
     Ok(CommitState::Committed(totals))
 }
 
@@ -97,7 +97,7 @@ fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) ->
             input_rows
         );
     }
-    let committed = checkpoint::all_committed(dir)?;
+    let committed = checkpoint::committed_files(dir, None)?;
     let (mut predicted, mut rejected) = (0u64, 0u64);
     for file in &committed {
         let rows = footer_rows(&file.path)?;
@@ -129,7 +129,7 @@ fn footer_rows(path: &Path) -> Result<u64> {
 
 /// `_report.json`: the shard's own report for a run of one shard; the
 /// totals and every shard's report for several.
-fn write_report(dir: &Path, shards: &[ShardDone], totals: Totals) -> Result<()> {
+fn write_report(layout: &OutputLayout, shards: &[ShardDone], totals: Totals) -> Result<()> {
     let value = match shards {
         [only] => only.report.clone(),
         _ => json!({
@@ -141,8 +141,6 @@ fn write_report(dir: &Path, shards: &[ShardDone], totals: Totals) -> Result<()> 
             "shards": shards.iter().map(|s| s.report.clone()).collect::<Vec<_>>(),
         }),
     };
-    let path = dir.join("_report.json");
     let text = serde_json::to_string_pretty(&value)?;
-    durable::write_atomic(&path, text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+    Ok(checkpoint::publish(&layout.report_json(), text.as_bytes())?)
 }

@@ -26,7 +26,9 @@ impl std::str::FromStr for LocalShards {
             "all" => Ok(LocalShards::AllGpus),
             n => match n.parse::<u32>() {
                 Ok(n) if n >= 1 => Ok(LocalShards::Count(n)),
-                _ => Err(format!("expected a number of shards (>= 1) or `all`, not `{n}`")),
+                _ => Err(format!(
+                    "expected a number of shards (>= 1) or `all`, not `{n}`"
+                )),
             },
         }
     }
@@ -79,13 +81,18 @@ pub fn child_args(args: &[OsString], index: u32, count: u32) -> Vec<OsString> {
 
 /// Starts the shards, forwards signals, waits for all; the most severe
 /// outcome. `gpus` is the number of visible CUDA devices.
-pub fn run(shards: LocalShards, gpus: usize, args: &[OsString]) -> Result<Outcome, LocalShardsError> {
+pub fn run(
+    shards: LocalShards,
+    gpus: usize,
+    args: &[OsString],
+) -> Result<Outcome, LocalShardsError> {
     let count = match shards {
         LocalShards::Count(n) => n,
         LocalShards::AllGpus if gpus == 0 => return Err(LocalShardsError::NoGpus),
         LocalShards::AllGpus => gpus as u32,
     };
-    let exe = std::env::current_exe().map_err(|source| LocalShardsError::Spawn { index: 0, source })?;
+    let exe =
+        std::env::current_exe().map_err(|source| LocalShardsError::Spawn { index: 0, source })?;
     let mut children: Vec<(u32, Child)> = Vec::new();
     for index in 0..count {
         let mut command = Command::new(&exe);
@@ -162,7 +169,10 @@ mod tests {
             os(&["run", "p.toml", "--output", "o", "--shard", "1/2"])
         );
         let args = os(&["run", "--local-shards=all", "p.toml"]);
-        assert_eq!(child_args(&args, 0, 4), os(&["run", "p.toml", "--shard", "0/4"]));
+        assert_eq!(
+            child_args(&args, 0, 4),
+            os(&["run", "p.toml", "--shard", "0/4"])
+        );
     }
 
     #[test]

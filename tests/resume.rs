@@ -139,8 +139,16 @@ fn assert_complete(run: &RunResult, ids: &[String], reference: &HashMap<String, 
     let output = read_output(out);
     assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(out));
     assert_same_predictions(&output, reference);
-    assert!(out.join("_SUCCESS").is_file(), "no _SUCCESS: {}", run.describe());
-    assert!(temporary_files(out).is_empty(), "{:?}", temporary_files(out));
+    assert!(
+        out.join("_SUCCESS").is_file(),
+        "no _SUCCESS: {}",
+        run.describe()
+    );
+    assert!(
+        temporary_files(out).is_empty(),
+        "{:?}",
+        temporary_files(out)
+    );
 }
 
 #[test]
@@ -254,10 +262,17 @@ fn a_changed_input_file_or_model_is_refused_naming_the_difference() {
     // The same path, other content.
     sample_subset(dir.path(), "in.parquet", 30);
     let line = expect_refused(&pipeline.run(&[]));
-    assert!(line.contains("in.parquet") && line.contains("changed"), "{line}");
+    assert!(
+        line.contains("in.parquet") && line.contains("changed"),
+        "{line}"
+    );
     assert!(line.contains("rows 40 -> 30"), "{line}");
     assert!(line.contains("--overwrite"), "{line}");
-    assert_eq!(read_output(&out), before, "a refused run touched the output");
+    assert_eq!(
+        read_output(&out),
+        before,
+        "a refused run touched the output"
+    );
 
     // Another model (same predictions, other file content).
     sample_subset(dir.path(), "in.parquet", 40);

@@ -10,6 +10,7 @@
 //! * `resume`: killed runs resumed, finished runs left alone, other runs
 //!   refused, shards in one directory.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `tidy`: the architecture's rules, checked on the source text.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 
@@ -22,3 +23,4 @@ mod inputs;
 mod recovery;
 mod resume;
 mod sample;
+mod tidy;

@@ -5,22 +5,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{Bucketer, BucketingConfig, BucketingError, FlushReason, PlannedBatch};
-use crate::message::{Batch, BatchExtra, ExtraValue, Row, RowChunk, WriterMsg};
-
-/// Counts the stage reports when it ends.
-#[derive(Debug, Default, Clone)]
-pub struct BucketingReport {
-    pub rows: u64,
-    pub rejects: u64,
-    pub batches: u64,
-    pub segments: u64,
-    pub padded_segments: u64,
-    pub oversized_batches: u64,
-    pub size_classes: Vec<usize>,
-    /// Time spent planning and laying out batches, not waiting on channels.
-    pub busy: Duration,
-}
+use super::{Bucketer, BucketingConfig, BucketingError, PlannedBatch};
+use crate::message::{Batch, BatchExtra, BucketingReport, ExtraValue, Row, RowChunk, WriterMsg};
 
 /// Runs until the readers are done (their channel closes), then drains the
 /// buckets. Rejects found by the readers go straight on to the writers.
@@ -128,16 +114,6 @@ impl Stage {
     }
 }
 
-fn reason_name(reason: FlushReason) -> &'static str {
-    match reason {
-        FlushReason::BudgetReached => "budget_reached",
-        FlushReason::RowCapReached => "row_cap_reached",
-        FlushReason::MemoryBound => "memory_bound",
-        FlushReason::EndOfInput => "end_of_input",
-        FlushReason::Oversized => "oversized",
-    }
-}
-
 /// Lays a planned batch out as the model takes it: segments concatenated in
 /// row order, zero-filled up to the padded total; extras gathered per input.
 pub fn assemble(seq: u64, planned: PlannedBatch<Row>, segment_bytes: usize) -> Batch {
@@ -160,7 +136,7 @@ pub fn assemble(seq: u64, planned: PlannedBatch<Row>, segment_bytes: usize) -> B
         padded_segments: planned.padded_segments,
         segments,
         extras,
-        flush_reason: reason_name(planned.reason),
+        flush_reason: planned.reason,
     }
 }
 
@@ -209,5 +185,90 @@ fn gather_extra(rows: &[Row], k: usize) -> BatchExtra {
                 })
                 .collect(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{FlushReason, Origin, RowId, RowMeta};
+
+    const SEGMENT_BYTES: usize = 3;
+
+    /// A row of `n` segments whose bytes all equal `fill`, with a ragged
+    /// extra of `n` values and a vector extra `[fill, fill]`.
+    fn row(id: i64, n: usize, fill: u8) -> Row {
+        Row {
+            meta: RowMeta {
+                id: RowId::Int(id),
+                origin: Origin {
+                    file_idx: 0,
+                    row_idx: id as u64,
+                },
+            },
+            n_segments: n,
+            segments: vec![fill; n * SEGMENT_BYTES].into_boxed_slice(),
+            extras: vec![
+                ExtraValue::Ragged(vec![id; n]),
+                ExtraValue::Vector(vec![fill as f32; 2]),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_batch_is_laid_out_contiguously_in_row_order_and_zero_padded() {
+        let planned = PlannedBatch {
+            rows: vec![row(10, 2, 7), row(11, 1, 9)],
+            n_segments: 3,
+            padded_segments: 5,
+            reason: FlushReason::EndOfInput,
+        };
+        let batch = assemble(4, planned, SEGMENT_BYTES);
+        assert_eq!(batch.seq, 4);
+        assert_eq!(batch.segment_counts, [2, 1]);
+        assert_eq!((batch.n_segments, batch.padded_segments), (3, 5));
+        let mut expected = vec![7u8; 6];
+        expected.extend([9; 3]);
+        expected.extend([0; 6]);
+        assert_eq!(batch.segments, expected);
+        let ids: Vec<_> = batch.rows.iter().map(|r| r.id.clone()).collect();
+        assert_eq!(ids, [RowId::Int(10), RowId::Int(11)]);
+        assert_eq!(batch.flush_reason, FlushReason::EndOfInput);
+        assert_eq!(
+            batch.extras,
+            [
+                BatchExtra::Ragged {
+                    values: vec![10, 10, 11],
+                    counts: vec![2, 1],
+                },
+                BatchExtra::Vectors {
+                    values: vec![7.0, 7.0, 9.0, 9.0],
+                    width: 2,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn scalar_extras_are_gathered_per_row() {
+        let mut rows = vec![row(1, 1, 1), row(2, 1, 2)];
+        for (k, r) in rows.iter_mut().enumerate() {
+            r.extras = vec![ExtraValue::Float(k as f32 + 0.5), ExtraValue::Int(k as i64)];
+        }
+        let planned = PlannedBatch {
+            rows,
+            n_segments: 2,
+            padded_segments: 2,
+            reason: FlushReason::BudgetReached,
+        };
+        let batch = assemble(0, planned, SEGMENT_BYTES);
+        assert_eq!(
+            batch.extras,
+            [
+                BatchExtra::Floats(vec![0.5, 1.5]),
+                BatchExtra::Ints(vec![0, 1])
+            ]
+        );
+        assert_eq!(batch.segments, [1, 1, 1, 2, 2, 2]);
     }
 }

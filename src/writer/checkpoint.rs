@@ -2,22 +2,7 @@
 //! before its first row (nothing, an earlier attempt of the same run, a
 //! finished run, or another run's output), what it removes, which committed
 //! files say which rows are done, and the markers that let the last of
-//! several shards commit the whole run.
-//!
-//! Layout (`I` the shard tag when sharded, `A` the attempt):
-//!
-//! ```text
-//! DIR/_run.json                      what the run is (manifest.rs)
-//! DIR/part-[I-]aAAA-WW-NNNNN.parquet  committed predictions
-//! DIR/.part-….parquet.inprogress     a part being written (never complete)
-//! DIR/_progress/rejects-[I-]aAAA-WW-NNNNN.parquet   committed rejects
-//! DIR/_progress/attempt-I-aAAA.json  one per attempt of a shard
-//! DIR/_progress/done-I.json          a shard's accounting, when it is done
-//! DIR/_rejects.parquet, _report.json, _report.svg, _SUCCESS   the commit
-//! ```
-//!
-//! `_progress/` starts with `_` so that Spark, Hive, pyarrow and DuckDB
-//! dataset readers skip it, as they skip `_SUCCESS`.
+//! several shards commit the whole run. The names are `layout.rs`'s.
 
 use std::path::{Path, PathBuf};
 
@@ -25,12 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::done::Committed;
 use super::durable;
-use super::manifest::{ManifestError, RunManifest, MANIFEST_NAME};
+use super::layout::{AttemptNames, OutputLayout, MANIFEST, PROGRESS};
+use super::manifest::{ManifestError, RunManifest};
 use crate::message::{Finished, ShardSpec};
-
-pub const PROGRESS_DIR: &str = "_progress";
-pub const SUCCESS_NAME: &str = "_SUCCESS";
-pub const REJECTS_NAME: &str = "_rejects.parquet";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -41,7 +23,7 @@ pub enum CheckpointError {
     },
     #[error("output directory {dir} already holds segpredict output without a run manifest ({found}); pass --overwrite to replace it")]
     Unmanaged { dir: PathBuf, found: String },
-    #[error("output directory {path}: {source}")]
+    #[error("output directory {path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -49,9 +31,7 @@ pub enum CheckpointError {
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{dir}: cannot commit: {message}")]
-    Accounting { dir: PathBuf, message: String },
-    #[error("{path} is not a shard marker: {source}")]
+    #[error("{path} is not a shard marker")]
     Marker {
         path: PathBuf,
         #[source]
@@ -65,8 +45,7 @@ impl CheckpointError {
         match self {
             CheckpointError::Refused { .. }
             | CheckpointError::Unmanaged { .. }
-            | CheckpointError::Marker { .. }
-            | CheckpointError::Accounting { .. } => true,
+            | CheckpointError::Marker { .. } => true,
             CheckpointError::Manifest(ManifestError::Parse { .. }) => true,
             // A path that is not a directory, or one this user may not
             // write, stays so however often the job is retried.
@@ -89,47 +68,6 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// The names one attempt of one shard gives its files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptNames {
-    pub shard: ShardSpec,
-    pub attempt: u32,
-}
-
-impl AttemptNames {
-    /// `s001of003-a002` sharded, `a002` not.
-    fn stem(self) -> String {
-        match self.shard.is_sharded() {
-            true => format!("{}-a{:03}", self.shard.tag(), self.attempt),
-            false => format!("a{:03}", self.attempt),
-        }
-    }
-
-    /// A committed part's name in the output directory.
-    pub fn part(self, writer_idx: usize, seq: usize) -> String {
-        format!("part-{}-{writer_idx:02}-{seq:05}.parquet", self.stem())
-    }
-
-    /// A committed rejects file's name in `_progress/`.
-    pub fn rejects(self, writer_idx: usize, seq: usize) -> String {
-        format!("rejects-{}-{writer_idx:02}-{seq:05}.parquet", self.stem())
-    }
-
-    /// The per-batch records' file in `_progress/`.
-    pub fn batches(self) -> String {
-        format!("batches-{}.jsonl", self.stem())
-    }
-
-    fn attempt_marker(self) -> String {
-        format!("attempt-{}-a{:03}.json", self.shard.tag(), self.attempt)
-    }
-}
-
-/// The hidden name a file is written under until it is committed.
-pub fn temp_name(final_name: &str) -> String {
-    format!(".{final_name}.inprogress")
-}
-
 /// What an attempt does, decided before its first row.
 #[derive(Debug)]
 pub enum Start {
@@ -140,7 +78,7 @@ pub enum Start {
     ShardDone,
     /// Predict every row not in the committed files.
     Predict {
-        names: AttemptNames,
+        layout: OutputLayout,
         committed: Vec<Committed>,
     },
 }
@@ -160,14 +98,6 @@ pub struct ShardDone {
     pub report: serde_json::Value,
 }
 
-fn progress_dir(dir: &Path) -> PathBuf {
-    dir.join(PROGRESS_DIR)
-}
-
-fn done_marker(dir: &Path, shard: ShardSpec) -> PathBuf {
-    progress_dir(dir).join(format!("done-{}.json", shard.tag()))
-}
-
 /// Decides what this attempt does with `dir`, creating it, refusing another
 /// run's output (unless `overwrite`), and removing this shard's leftovers
 /// (temporary files of a killed attempt). Other shards' files are never
@@ -178,61 +108,26 @@ pub fn prepare(
     shard: ShardSpec,
     overwrite: bool,
 ) -> Result<Start, CheckpointError> {
-    std::fs::create_dir_all(progress_dir(dir)).map_err(io_error(dir))?;
+    let whole = OutputLayout::new(dir);
+    std::fs::create_dir_all(whole.progress()).map_err(io_error(dir))?;
     let recorded = match RunManifest::read(dir) {
         Err(ManifestError::Parse { .. }) if overwrite => None,
         other => other?,
     };
     match recorded {
-        Some(recorded) => {
-            let differences = manifest.differences_from(&recorded);
-            if !differences.is_empty() {
-                if !overwrite {
-                    return Err(CheckpointError::Refused {
-                        dir: dir.to_path_buf(),
-                        differences,
-                    });
-                }
-                clear(dir)?;
-                manifest.write(dir)?;
-            }
-        }
-        None => {
-            let ours = our_files(dir)?;
-            // Another shard of this run may have written the manifest (it
-            // writes it before any other file) since it was read above.
-            let appeared = match ours.is_empty() {
-                true => None,
-                false => RunManifest::read(dir).ok().flatten(),
-            };
-            match appeared {
-                Some(recorded) if manifest.differences_from(&recorded).is_empty() => {}
-                _ if ours.is_empty() => manifest.write(dir)?,
-                _ if overwrite => {
-                    clear(dir)?;
-                    manifest.write(dir)?;
-                }
-                _ => {
-                    return Err(CheckpointError::Unmanaged {
-                        dir: dir.to_path_buf(),
-                        found: format!("{} files such as {}", ours.len(), file_name(&ours[0])),
-                    })
-                }
-            }
-        }
+        Some(recorded) => adopt_recorded(dir, manifest, &recorded, overwrite)?,
+        None => adopt_unrecorded(dir, manifest, overwrite)?,
     }
-    if dir.join(SUCCESS_NAME).exists() {
+    if whole.success().exists() {
         return Ok(Start::AlreadyComplete);
     }
-    if done_marker(dir, shard).exists() {
+    if whole.done_marker(shard).exists() {
         return Ok(Start::ShardDone);
     }
-    remove_leftovers(dir, shard)?;
-    let names = AttemptNames {
-        shard,
-        attempt: last_attempt(dir, shard)? + 1,
-    };
-    let marker = progress_dir(dir).join(names.attempt_marker());
+    let attempt = last_attempt(dir, shard)? + 1;
+    let layout = OutputLayout::for_attempt(dir, AttemptNames { shard, attempt });
+    remove_leftovers(&layout)?;
+    let marker = layout.attempt_marker();
     let started = serde_json::json!({
         "pid": std::process::id(),
         "started_unix_s": std::time::SystemTime::now()
@@ -241,9 +136,59 @@ pub fn prepare(
     });
     durable::write_atomic(&marker, started.to_string().as_bytes()).map_err(io_error(&marker))?;
     Ok(Start::Predict {
-        names,
-        committed: committed_files(dir, shard)?,
+        committed: committed_files(dir, Some(shard))?,
+        layout,
     })
+}
+
+/// A directory with a manifest: the same run goes on; another is refused
+/// or, with `overwrite`, replaced.
+fn adopt_recorded(
+    dir: &Path,
+    manifest: &RunManifest,
+    recorded: &RunManifest,
+    overwrite: bool,
+) -> Result<(), CheckpointError> {
+    let differences = manifest.differences_from(recorded);
+    if differences.is_empty() {
+        return Ok(());
+    }
+    if !overwrite {
+        return Err(CheckpointError::Refused {
+            dir: dir.to_path_buf(),
+            differences,
+        });
+    }
+    clear(dir)?;
+    Ok(manifest.write(dir)?)
+}
+
+/// A directory without a manifest: new, or output this version did not
+/// write (refused unless `overwrite`).
+fn adopt_unrecorded(
+    dir: &Path,
+    manifest: &RunManifest,
+    overwrite: bool,
+) -> Result<(), CheckpointError> {
+    let ours = our_files(dir)?;
+    // Another shard of this run may have written the manifest (it writes it
+    // before any other file) since it was read.
+    let appeared = match ours.is_empty() {
+        true => None,
+        false => RunManifest::read(dir).ok().flatten(),
+    };
+    match appeared {
+        Some(recorded) => adopt_recorded(dir, manifest, &recorded, overwrite),
+        None if ours.is_empty() => Ok(manifest.write(dir)?),
+        None if overwrite => {
+            clear(dir)?;
+            Ok(manifest.write(dir)?)
+        }
+        None => Err(CheckpointError::Unmanaged {
+            dir: dir.to_path_buf(),
+            found: format!("{} files such as {}", ours.len(), file_name(&ours[0])),
+        }),
+    }
 }
 
 fn file_name(path: &Path) -> String {
@@ -260,29 +205,18 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
     }
 }
 
-/// Names this program gives its output, and so may replace with `overwrite`.
-fn is_our_output(name: &str) -> bool {
-    (name.starts_with("part-") && name.ends_with(".parquet"))
-        || name.starts_with("_report.")
-        || name == REJECTS_NAME
-        || name == SUCCESS_NAME
-        || name == MANIFEST_NAME
-        || name == PROGRESS_DIR
-        || (name.starts_with('.') && name.ends_with(".inprogress"))
-}
-
 fn our_files(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
     // Another shard's manifest being written is not output: that shard
     // writes the manifest before anything else.
-    let manifest_temp = format!(".{MANIFEST_NAME}.");
+    let manifest_temp = format!(".{MANIFEST}.");
     let mut ours: Vec<PathBuf> = list(dir)?
         .into_iter()
         .filter(|p| {
             let name = file_name(p);
-            is_our_output(&name) && name != PROGRESS_DIR && !name.starts_with(&manifest_temp)
+            OutputLayout::is_ours(&name) && name != PROGRESS && !name.starts_with(&manifest_temp)
         })
         .collect();
-    ours.extend(list(&progress_dir(dir))?);
+    ours.extend(list(&dir.join(PROGRESS))?);
     ours.sort();
     Ok(ours)
 }
@@ -290,44 +224,34 @@ fn our_files(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
 /// Removes everything this program writes, `_progress/` included.
 fn clear(dir: &Path) -> Result<(), CheckpointError> {
     for path in list(dir)? {
-        let name = file_name(&path);
-        if !is_our_output(&name) {
+        if !OutputLayout::is_ours(&file_name(&path)) {
             continue;
         }
-        let removed = if path.is_dir() {
-            std::fs::remove_dir_all(&path)
-        } else {
-            std::fs::remove_file(&path)
+        let removed = match path.is_dir() {
+            true => std::fs::remove_dir_all(&path),
+            false => std::fs::remove_file(&path),
         };
         match removed {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error(&path)(e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(&path)(e)),
+            _ => {}
         }
     }
-    std::fs::create_dir_all(progress_dir(dir)).map_err(io_error(dir))?;
+    std::fs::create_dir_all(dir.join(PROGRESS)).map_err(io_error(dir))?;
     durable::fsync_dir(dir).map_err(io_error(dir))
 }
 
-/// Whether a temporary file belongs to `shard` (unsharded, every one does).
-fn is_leftover_of(name: &str, shard: ShardSpec) -> bool {
-    if !(name.starts_with('.') && name.ends_with(".inprogress")) {
-        return false;
-    }
-    !shard.is_sharded() || name.contains(&format!("-{}-", shard.tag()))
-}
-
-fn remove_leftovers(dir: &Path, shard: ShardSpec) -> Result<(), CheckpointError> {
-    for folder in [dir.to_path_buf(), progress_dir(dir)] {
+fn remove_leftovers(layout: &OutputLayout) -> Result<(), CheckpointError> {
+    for folder in [layout.dir().to_path_buf(), layout.progress()] {
         for path in list(&folder)? {
-            if is_leftover_of(&file_name(&path), shard) {
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        tracing::info!(path = %path.display(), "removed a killed attempt's temporary file")
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_error(&path)(e)),
+            if !layout.is_leftover(&file_name(&path)) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed a killed attempt's temporary file")
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&path)(e)),
             }
         }
     }
@@ -336,7 +260,7 @@ fn remove_leftovers(dir: &Path, shard: ShardSpec) -> Result<(), CheckpointError>
 
 fn last_attempt(dir: &Path, shard: ShardSpec) -> Result<u32, CheckpointError> {
     let prefix = format!("attempt-{}-a", shard.tag());
-    Ok(list(&progress_dir(dir))?
+    Ok(list(&dir.join(PROGRESS))?
         .iter()
         .filter_map(|p| {
             file_name(p)
@@ -349,21 +273,21 @@ fn last_attempt(dir: &Path, shard: ShardSpec) -> Result<u32, CheckpointError> {
         .unwrap_or(0))
 }
 
-/// Attempts `shard` has started, this one included.
-pub fn attempts(dir: &Path, shard: ShardSpec) -> Result<u32, CheckpointError> {
-    last_attempt(dir, shard)
-}
-
-/// The committed parts and rejects files of `shard`, sorted by name.
-pub fn committed_files(dir: &Path, shard: ShardSpec) -> Result<Vec<Committed>, CheckpointError> {
-    let stem = match shard.is_sharded() {
-        true => format!("-{}-a", shard.tag()),
-        false => "-a".to_string(),
+/// The committed parts and rejects files of `shard` (of every shard with
+/// `None`), sorted by name.
+pub fn committed_files(
+    dir: &Path,
+    shard: Option<ShardSpec>,
+) -> Result<Vec<Committed>, CheckpointError> {
+    let stem = match shard {
+        Some(shard) if shard.is_sharded() => format!("-{}-a", shard.tag()),
+        Some(_) => "-a".to_string(),
+        None => "-".to_string(),
     };
     let mut files = Vec::new();
     for (folder, prefix, finished) in [
         (dir.to_path_buf(), "part", Finished::Predicted),
-        (progress_dir(dir), "rejects", Finished::Rejected),
+        (dir.join(PROGRESS), "rejects", Finished::Rejected),
     ] {
         let start = format!("{prefix}{stem}");
         let mut found: Vec<PathBuf> = list(&folder)?
@@ -381,7 +305,7 @@ pub fn committed_files(dir: &Path, shard: ShardSpec) -> Result<Vec<Committed>, C
 
 /// Records that `done.shard` finished, durably.
 pub fn mark_shard_done(dir: &Path, done: &ShardDone) -> Result<(), CheckpointError> {
-    let path = done_marker(dir, done.shard);
+    let path = OutputLayout::new(dir).done_marker(done.shard);
     let text = serde_json::to_vec_pretty(done).map_err(|source| CheckpointError::Marker {
         path: path.clone(),
         source,
@@ -395,10 +319,11 @@ pub fn shards_done(
     dir: &Path,
     count: u32,
 ) -> Result<Result<Vec<ShardDone>, Vec<u32>>, CheckpointError> {
+    let layout = OutputLayout::new(dir);
     let mut done = Vec::new();
     let mut missing = Vec::new();
     for index in 0..count {
-        let path = done_marker(dir, ShardSpec { index, count });
+        let path = layout.done_marker(ShardSpec { index, count });
         match std::fs::read(&path) {
             Ok(bytes) => done.push(
                 serde_json::from_slice(&bytes)
@@ -408,38 +333,15 @@ pub fn shards_done(
             Err(e) => return Err(io_error(&path)(e)),
         }
     }
-    Ok(if missing.is_empty() {
-        Ok(done)
-    } else {
-        Err(missing)
+    Ok(match missing.is_empty() {
+        true => Ok(done),
+        false => Err(missing),
     })
 }
 
-/// Every committed file of every shard: what the commit merges and checks.
-pub fn all_committed(dir: &Path) -> Result<Vec<Committed>, CheckpointError> {
-    let mut files = Vec::new();
-    for (folder, prefix, finished) in [
-        (dir.to_path_buf(), "part-", Finished::Predicted),
-        (progress_dir(dir), "rejects-", Finished::Rejected),
-    ] {
-        let mut found: Vec<PathBuf> = list(&folder)?
-            .into_iter()
-            .filter(|p| {
-                let name = file_name(p);
-                name.starts_with(prefix) && name.ends_with(".parquet")
-            })
-            .collect();
-        found.sort();
-        files.extend(found.into_iter().map(|path| Committed { path, finished }));
-    }
-    Ok(files)
-}
-
-/// Marks the whole run complete, as Spark and Hadoop jobs do: downstream
-/// jobs wait for this file rather than guessing from the part files.
-pub fn write_success(dir: &Path) -> Result<(), CheckpointError> {
-    let path = dir.join(SUCCESS_NAME);
-    durable::write_atomic(&path, b"").map_err(io_error(&path))
+/// Writes `bytes` to `path` whole and durably (`_report.json`, `_SUCCESS`).
+pub fn publish(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    durable::write_atomic(path, bytes).map_err(io_error(path))
 }
 
 #[cfg(test)]
@@ -478,17 +380,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let start = prepare(&out, &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        let Start::Predict {
-            names: n,
-            committed,
-        } = start
-        else {
+        let Start::Predict { layout, committed } = start else {
             panic!("{start:?}")
         };
-        assert_eq!(n.attempt, 1);
+        assert_eq!(layout.names().attempt, 1);
         assert!(committed.is_empty());
-        assert_eq!(names(&out), [PROGRESS_DIR, MANIFEST_NAME]);
-        assert_eq!(n.part(1, 7), "part-a001-01-00007.parquet");
+        assert_eq!(names(&out), [PROGRESS, MANIFEST]);
+        assert_eq!(layout.part(1, 7), out.join("part-a001-01-00007.parquet"));
     }
 
     #[test]
@@ -496,21 +394,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
         prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        let first = AttemptNames {
-            shard: ShardSpec::WHOLE,
-            attempt: 1,
-        };
-        std::fs::write(out.join(first.part(0, 1)), b"").unwrap();
-        std::fs::write(out.join(temp_name(&first.part(0, 2))), b"").unwrap();
-        std::fs::write(out.join(PROGRESS_DIR).join(first.rejects(0, 1)), b"").unwrap();
-        let Start::Predict {
-            names: n,
-            committed,
-        } = prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap()
+        let first = OutputLayout::new(out);
+        std::fs::write(first.part(0, 1), b"").unwrap();
+        std::fs::write(first.in_progress(&first.part(0, 2)), b"").unwrap();
+        std::fs::write(first.rejects_part(0, 1), b"").unwrap();
+        let Start::Predict { layout, committed } =
+            prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap()
         else {
             panic!()
         };
-        assert_eq!(n.attempt, 2);
+        assert_eq!(layout.names().attempt, 2);
         let committed: Vec<(String, Finished)> = committed
             .iter()
             .map(|c| (file_name(&c.path), c.finished))
@@ -543,7 +436,7 @@ mod tests {
         assert!(e.is_permanent());
         assert!(e.to_string().contains("model differs"), "{e}");
         prepare(out, &other, ShardSpec::WHOLE, true).unwrap();
-        assert_eq!(names(out), [PROGRESS_DIR, MANIFEST_NAME]);
+        assert_eq!(names(out), [PROGRESS, MANIFEST]);
         assert_eq!(RunManifest::read(out).unwrap(), Some(other));
     }
 
@@ -555,17 +448,14 @@ mod tests {
         let e = prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap_err();
         assert!(matches!(e, CheckpointError::Unmanaged { .. }), "{e}");
         prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, true).unwrap();
-        assert_eq!(
-            names(dir.path()),
-            [PROGRESS_DIR, MANIFEST_NAME, "notes.txt"]
-        );
+        assert_eq!(names(dir.path()), [PROGRESS, MANIFEST, "notes.txt"]);
     }
 
     #[test]
     fn a_finished_run_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        write_success(dir.path()).unwrap();
+        publish(&OutputLayout::new(dir.path()).success(), b"").unwrap();
         let before = names(dir.path());
         assert!(matches!(
             prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap(),
@@ -580,19 +470,25 @@ mod tests {
         let out = dir.path();
         let shard = |i| ShardSpec::new(i, 3).unwrap();
         prepare(out, &manifest(3), shard(0), false).unwrap();
-        let other = AttemptNames {
-            shard: shard(1),
-            attempt: 1,
-        };
-        let theirs = temp_name(&other.part(0, 1));
-        std::fs::write(out.join(&theirs), b"").unwrap();
-        let Start::Predict { names: n, .. } = prepare(out, &manifest(3), shard(2), false).unwrap()
+        let other = OutputLayout::for_attempt(
+            out,
+            AttemptNames {
+                shard: shard(1),
+                attempt: 1,
+            },
+        );
+        let theirs = other.in_progress(&other.part(0, 1));
+        std::fs::write(&theirs, b"").unwrap();
+        let Start::Predict { layout, .. } = prepare(out, &manifest(3), shard(2), false).unwrap()
         else {
             panic!()
         };
-        assert_eq!(n.part(0, 1), "part-s002of003-a001-00-00001.parquet");
+        assert_eq!(
+            layout.part(0, 1),
+            out.join("part-s002of003-a001-00-00001.parquet")
+        );
         assert!(
-            out.join(&theirs).exists(),
+            theirs.exists(),
             "another shard's temporary file was removed"
         );
         assert_eq!(shards_done(out, 3).unwrap(), Err(vec![0, 1, 2]));

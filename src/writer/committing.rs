@@ -11,6 +11,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
 use super::durable::TempGuard;
+use super::WriterError;
 
 pub struct CommittingParquet {
     // Declared before the guard: the file is closed before it is removed.
@@ -27,11 +28,18 @@ impl CommittingParquet {
         final_path: PathBuf,
         schema: SchemaRef,
         properties: WriterProperties,
-    ) -> Result<Self, String> {
-        let file = File::create(&temp).map_err(|e| e.to_string())?;
+    ) -> Result<Self, WriterError> {
+        let file = File::create(&temp).map_err(|source| WriterError::Io {
+            path: temp.clone(),
+            source,
+        })?;
         let guard = TempGuard::new(temp);
-        let writer =
-            ArrowWriter::try_new(file, schema, Some(properties)).map_err(|e| e.to_string())?;
+        let writer = ArrowWriter::try_new(file, schema, Some(properties)).map_err(|source| {
+            WriterError::Parquet {
+                path: guard.path().to_path_buf(),
+                source,
+            }
+        })?;
         Ok(Self {
             writer: Some(writer),
             guard,
@@ -44,36 +52,41 @@ impl CommittingParquet {
         self.guard.path()
     }
 
-    pub fn final_path(&self) -> &Path {
-        &self.final_path
-    }
-
     pub fn rows(&self) -> usize {
         self.rows
     }
 
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| "the file is already closed".to_string())?;
-        writer.write(batch).map_err(|e| e.to_string())?;
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriterError> {
+        let path = self.guard.path();
+        let writer = self.writer.as_mut().ok_or_else(|| WriterError::Closed {
+            path: path.to_path_buf(),
+        })?;
+        writer.write(batch).map_err(|source| WriterError::Parquet {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.rows += batch.num_rows();
         Ok(())
     }
 
     /// Writes the footer, fsyncs, renames to the final name and fsyncs the
     /// directory. On failure the temporary file is removed.
-    pub fn commit(mut self) -> Result<PathBuf, String> {
+    pub fn commit(mut self) -> Result<PathBuf, WriterError> {
+        let path = self.guard.path().to_path_buf();
         let writer = self
             .writer
             .take()
-            .ok_or_else(|| "the file is already closed".to_string())?;
+            .ok_or_else(|| WriterError::Closed { path: path.clone() })?;
         // Flushes the last row group and writes the footer.
-        let file = writer.into_inner().map_err(|e| e.to_string())?;
+        let file = writer.into_inner().map_err(|source| WriterError::Parquet {
+            path: path.clone(),
+            source,
+        })?;
         let final_path = std::mem::take(&mut self.final_path);
         let guard = std::mem::replace(&mut self.guard, TempGuard::disarmed());
-        guard.commit(file, &final_path).map_err(|e| e.to_string())?;
+        guard
+            .commit(file, &final_path)
+            .map_err(|source| WriterError::Io { path, source })?;
         Ok(final_path)
     }
 }

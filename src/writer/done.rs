@@ -5,7 +5,7 @@
 //! fraction of the output.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
@@ -20,8 +20,26 @@ const SCAN_BATCH_ROWS: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
-    #[error("reading committed output {path}: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("reading committed output {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading committed output {path}")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("reading committed output {path}")]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("committed output {path}: {problem}")]
+    Content { path: PathBuf, problem: String },
     #[error("committed output {path} names source file {source_file}, which is not an input of this run")]
     UnknownSource { path: PathBuf, source_file: String },
     #[error("committed output {path}: {source}")]
@@ -61,72 +79,91 @@ fn scan_file(
     done: &mut DoneSet,
 ) -> Result<(), ScanError> {
     let path = &file.path;
-    let read_error = |message: String| ScanError::Read {
+    let parquet_error = |source| ScanError::Parquet {
         path: path.clone(),
-        message,
+        source,
     };
-    let handle = std::fs::File::open(path).map_err(|e| read_error(e.to_string()))?;
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(handle).map_err(|e| read_error(e.to_string()))?;
+    let handle = std::fs::File::open(path).map_err(|source| ScanError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error)?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), ["source_file", "source_row"]);
     let reader = builder
         .with_projection(mask)
         .with_batch_size(SCAN_BATCH_ROWS)
         .build()
-        .map_err(|e| read_error(e.to_string()))?;
+        .map_err(parquet_error)?;
     for batch in reader {
-        let batch = batch.map_err(|e| read_error(e.to_string()))?;
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .cloned()
-                .ok_or_else(|| read_error(format!("no column `{name}`")))
-        };
-        // Parts store the file name dictionary-encoded, rejects as plain
-        // strings: casting both to plain strings keeps one code path.
-        let sources = cast(&column("source_file")?, &DataType::Utf8)
-            .map_err(|e| read_error(e.to_string()))?;
-        let sources = sources.as_string::<i32>();
-        let rows = cast(&column("source_row")?, &DataType::Int64)
-            .map_err(|e| read_error(e.to_string()))?;
-        let rows = rows.as_primitive::<Int64Type>();
-        let mut last: Option<(&str, u32)> = None;
-        for i in 0..batch.num_rows() {
-            if sources.is_null(i) || rows.is_null(i) {
-                return Err(read_error(format!("row {i} has no source")));
-            }
-            let name = sources.value(i);
-            let file_idx = match last {
-                Some((last_name, idx)) if last_name == name => idx,
-                _ => {
-                    let idx = *index.get(name).ok_or_else(|| ScanError::UnknownSource {
-                        path: path.clone(),
-                        source_file: name.to_string(),
-                    })?;
-                    last = Some((name, idx));
-                    idx
-                }
-            };
-            let row = u64::try_from(rows.value(i))
-                .map_err(|_| read_error(format!("negative source_row {}", rows.value(i))))?;
-            done.insert(file_idx, row, file.finished)
-                .map_err(|source| ScanError::Done {
-                    path: path.clone(),
-                    source,
-                })?;
-        }
+        let batch = batch.map_err(|source| ScanError::Arrow {
+            path: path.clone(),
+            source,
+        })?;
+        scan_batch(&batch, file, index, done)?;
     }
     Ok(())
 }
 
-/// `name` relative to nothing: the path as the output's `source_file` holds it.
-pub fn source_name(path: &Path) -> String {
-    path.display().to_string()
+/// Marks the rows of one record batch of `(source_file, source_row)`.
+fn scan_batch(
+    batch: &arrow::record_batch::RecordBatch,
+    file: &Committed,
+    index: &HashMap<&str, u32>,
+    done: &mut DoneSet,
+) -> Result<(), ScanError> {
+    let path = &file.path;
+    let content = |problem: String| ScanError::Content {
+        path: path.clone(),
+        problem,
+    };
+    let arrow_error = |source| ScanError::Arrow {
+        path: path.clone(),
+        source,
+    };
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .cloned()
+            .ok_or_else(|| content(format!("no column `{name}`")))
+    };
+    // Parts store the file name dictionary-encoded, rejects as plain
+    // strings: casting both to plain strings keeps one code path.
+    let sources = cast(&column("source_file")?, &DataType::Utf8).map_err(arrow_error)?;
+    let sources = sources.as_string::<i32>();
+    let rows = cast(&column("source_row")?, &DataType::Int64).map_err(arrow_error)?;
+    let rows = rows.as_primitive::<Int64Type>();
+    let mut last: Option<(&str, u32)> = None;
+    for i in 0..batch.num_rows() {
+        if sources.is_null(i) || rows.is_null(i) {
+            return Err(content(format!("row {i} has no source")));
+        }
+        let name = sources.value(i);
+        let file_idx = match last {
+            Some((last_name, idx)) if last_name == name => idx,
+            _ => {
+                let idx = *index.get(name).ok_or_else(|| ScanError::UnknownSource {
+                    path: path.clone(),
+                    source_file: name.to_string(),
+                })?;
+                last = Some((name, idx));
+                idx
+            }
+        };
+        let row = u64::try_from(rows.value(i))
+            .map_err(|_| content(format!("negative source_row {}", rows.value(i))))?;
+        done.insert(file_idx, row, file.finished)
+            .map_err(|source| ScanError::Done {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::sync::Arc;
 
     use arrow::array::{ArrayRef, Int64Array, StringArray, StringDictionaryBuilder};

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::durable;
+use crate::message::InputFile;
 
-/// The manifest's file name in the output directory.
-pub const MANIFEST_NAME: &str = "_run.json";
+use super::layout::MANIFEST as MANIFEST_NAME;
 
 /// Bumped when the manifest's meaning changes; a different format is a
 /// different run.
@@ -83,6 +83,25 @@ pub enum ManifestError {
 }
 
 impl RunManifest {
+    /// The manifest of a run of `inputs` over `shards` shards.
+    pub fn new(fingerprint: Fingerprint, inputs: &[InputFile], shards: u32) -> Self {
+        Self {
+            format: MANIFEST_FORMAT,
+            segpredict_version: env!("CARGO_PKG_VERSION").to_string(),
+            fingerprint,
+            inputs: inputs.iter().map(InputRecord::of).collect(),
+            shards,
+        }
+    }
+
+    /// Each input's name as the output's `source_file` holds it, and its rows.
+    pub fn input_rows(&self) -> Vec<(String, u64)> {
+        self.inputs
+            .iter()
+            .map(|i| (i.path.clone(), i.rows))
+            .collect()
+    }
+
     /// Writes `DIR/_run.json` atomically and durably.
     pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
         let path = dir.join(MANIFEST_NAME);
@@ -250,15 +269,20 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         .collect())
 }
 
-/// Size and modification time of an input file, as the manifest records them.
-pub fn file_identity(path: &Path) -> std::io::Result<(u64, i64)> {
-    let meta = std::fs::metadata(path)?;
-    let mtime = meta.modified()?;
-    let ns = match mtime.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_nanos()).unwrap_or(i64::MAX),
-    };
-    Ok((meta.len(), ns))
+impl InputRecord {
+    /// An input file as the readers planned it.
+    pub fn of(file: &InputFile) -> Self {
+        let mtime_ns = file
+            .modified
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        Self {
+            path: file.path.display().to_string(),
+            size: file.size_bytes,
+            mtime_ns,
+            rows: file.rows,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,28 +6,28 @@
 //! and committed (fsync, rename, directory fsync) at least every
 //! `commit_every_s` and at `rows_per_file`: a file under a final name is
 //! always whole and durable, and a killed run resumes from what was
-//! committed (`checkpoint.rs`, `_run.json` in `manifest.rs`).
+//! committed (`checkpoint.rs`; `_run.json` in `manifest.rs`).
 
 pub mod checkpoint;
 mod committing;
 pub mod done;
 pub mod durable;
+mod layout;
 pub mod manifest;
 mod parts;
 pub mod reject_parts;
 mod thread;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use thread::{run_writer, WriterPlace};
+pub use layout::OutputLayout;
+pub use thread::run_writer;
 
-use crate::message::Sources;
-use crate::reader::IdKind;
+use crate::message::{IdKind, Sources};
 
 /// `[writers]`: where predictions go.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,8 +53,8 @@ pub struct WriterConfig {
     #[serde(default)]
     pub overwrite: bool,
     /// Seconds between commits of each writer's files. Default 60. A crash
-    /// loses at most this much work; each commit costs an fsync and, for
-    /// a part cut short, a Parquet footer.
+    /// loses at most this much work; each commit costs an fsync and, for a
+    /// part cut short, a Parquet footer.
     #[serde(default = "default_commit_every_s")]
     pub commit_every_s: f64,
 }
@@ -83,10 +83,32 @@ pub enum Compression {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriterError {
-    #[error("output directory {path} cannot be used: {message}")]
-    Dir { path: PathBuf, message: String },
-    #[error("writing {path}: {message}")]
-    Write { path: PathBuf, message: String },
+    #[error("output directory {path} cannot be used")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {path}")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("writing {path}: building the record batch")]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("writing {path}: the part is already closed")]
+    Closed { path: PathBuf },
     #[error("invalid [writers] section: {0}")]
     Config(String),
     #[error("the model returned class {label_id} but the labels file has {n_labels} labels")]
@@ -101,18 +123,6 @@ pub struct OutputSchema {
     pub sources: Sources,
     /// Rows written so far by all writers, read by the progress display.
     pub rows_written: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// Counts a writer thread reports when it ends.
-#[derive(Debug, Default)]
-pub struct WriterReport {
-    pub rows: u64,
-    /// The files it committed.
-    pub files: Vec<PathBuf>,
-    pub rejects: u64,
-    /// Rejects by kind.
-    pub reject_kinds: BTreeMap<String, u64>,
-    pub busy: Duration,
 }
 
 impl WriterConfig {

@@ -1,6 +1,6 @@
 //! One part file: written under a hidden temporary name, committed whole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -12,9 +12,8 @@ use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::committing::CommittingParquet;
-use super::{Compression, OutputSchema, WriterError};
-use crate::message::{Predictions, RowId};
-use crate::reader::IdKind;
+use super::{Compression, OutputLayout, OutputSchema, WriterError};
+use crate::message::{IdKind, Predictions, RowId};
 
 pub struct PartWriter {
     file: CommittingParquet,
@@ -54,26 +53,18 @@ pub fn properties(compression: Compression) -> WriterProperties {
 }
 
 impl PartWriter {
-    /// Starts `dir/name`, written as `dir/.name.inprogress` until committed.
+    /// Starts `final_path`, written under its in-progress name until
+    /// committed.
     pub fn create(
-        dir: &Path,
-        name: &str,
+        layout: &OutputLayout,
+        final_path: PathBuf,
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let final_path = dir.join(name);
-        let temp = dir.join(super::checkpoint::temp_name(name));
+        let temp = layout.in_progress(&final_path);
         let schema = arrow_schema(output.id_kind);
-        let file = CommittingParquet::create(
-            temp.clone(),
-            final_path,
-            schema.clone(),
-            properties(compression),
-        )
-        .map_err(|message| WriterError::Write {
-            path: temp,
-            message,
-        })?;
+        let file =
+            CommittingParquet::create(temp, final_path, schema.clone(), properties(compression))?;
         Ok(Self {
             file,
             schema,
@@ -87,24 +78,13 @@ impl PartWriter {
 
     pub fn write(&mut self, predictions: &Predictions) -> Result<(), WriterError> {
         let batch = self.record_batch(predictions)?;
-        self.file.write(&batch).map_err(|e| self.error(e))
+        self.file.write(&batch)
     }
 
-    /// Closes the file and commits it under its final name (fsync, rename,
-    /// directory fsync); on failure nothing is left behind.
+    /// Commits the file under its final name (fsync, rename, directory
+    /// fsync); on failure nothing is left behind.
     pub fn finish(self) -> Result<PathBuf, WriterError> {
-        let temp = self.file.temp_path().to_path_buf();
-        self.file.commit().map_err(|message| WriterError::Write {
-            path: temp,
-            message,
-        })
-    }
-
-    fn error(&self, message: String) -> WriterError {
-        WriterError::Write {
-            path: self.file.temp_path().to_path_buf(),
-            message,
-        }
+        self.file.commit()
     }
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
@@ -142,8 +122,11 @@ impl PartWriter {
         };
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
         for row in &p.rows {
-            let path = self.output.sources.get(row.origin.file_idx as usize);
-            sources.append_value(path.map(|p| p.display().to_string()).unwrap_or_default());
+            let file = self.output.sources.get(row.origin.file_idx as usize);
+            sources.append_value(
+                file.map(|f| f.path.display().to_string())
+                    .unwrap_or_default(),
+            );
         }
         let columns: Vec<ArrayRef> = vec![
             ids,
@@ -158,6 +141,9 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| self.error(e.to_string()))
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
+            path: self.file.temp_path().to_path_buf(),
+            source,
+        })
     }
 }

@@ -12,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::committing::CommittingParquet;
-use super::{durable, Compression};
+use super::{durable, Compression, WriterError};
 use crate::message::{Reject, Sources};
 
 /// `_rejects.parquet`'s columns.
@@ -27,11 +27,14 @@ pub fn rejects_schema() -> SchemaRef {
 }
 
 /// Rejects as one record batch of `_rejects.parquet`'s schema.
-pub fn rejects_batch(rejects: &[Reject], sources: &Sources) -> Result<RecordBatch, String> {
+fn rejects_batch(
+    rejects: &[Reject],
+    sources: &Sources,
+) -> Result<RecordBatch, arrow::error::ArrowError> {
     let source_name = |r: &Reject| {
         sources
             .get(r.origin.file_idx as usize)
-            .map(|p| p.display().to_string())
+            .map(|f| f.path.display().to_string())
             .unwrap_or_default()
     };
     let columns: Vec<ArrayRef> = vec![
@@ -56,7 +59,7 @@ pub fn rejects_batch(rejects: &[Reject], sources: &Sources) -> Result<RecordBatc
         Arc::new(
             rejects
                 .iter()
-                .map(|r| Some(r.kind.to_string()))
+                .map(|r| Some(r.kind.as_str()))
                 .collect::<StringArray>(),
         ),
         Arc::new(
@@ -66,7 +69,7 @@ pub fn rejects_batch(rejects: &[Reject], sources: &Sources) -> Result<RecordBatc
                 .collect::<StringArray>(),
         ),
     ];
-    RecordBatch::try_new(rejects_schema(), columns).map_err(|e| e.to_string())
+    RecordBatch::try_new(rejects_schema(), columns)
 }
 
 /// One writer thread's open rejects file.
@@ -75,26 +78,22 @@ pub struct RejectPart {
 }
 
 impl RejectPart {
-    pub fn create(temp: PathBuf, final_path: PathBuf) -> Result<Self, String> {
+    pub fn create(temp: PathBuf, final_path: PathBuf) -> Result<Self, WriterError> {
         let props = super::parts::properties(Compression::Zstd);
         Ok(Self {
             file: CommittingParquet::create(temp, final_path, rejects_schema(), props)?,
         })
     }
 
-    pub fn path(&self) -> &Path {
-        self.file.temp_path()
+    pub fn write(&mut self, rejects: &[Reject], sources: &Sources) -> Result<(), WriterError> {
+        let batch = rejects_batch(rejects, sources).map_err(|source| WriterError::Arrow {
+            path: self.file.temp_path().to_path_buf(),
+            source,
+        })?;
+        self.file.write(&batch)
     }
 
-    pub fn rows(&self) -> usize {
-        self.file.rows()
-    }
-
-    pub fn write(&mut self, rejects: &[Reject], sources: &Sources) -> Result<(), String> {
-        self.file.write(&rejects_batch(rejects, sources)?)
-    }
-
-    pub fn commit(self) -> Result<PathBuf, String> {
+    pub fn commit(self) -> Result<PathBuf, WriterError> {
         self.file.commit()
     }
 }
@@ -106,28 +105,37 @@ const MERGE_BATCH_ROWS: usize = 16 * 1024;
 /// empty: its presence says the run checked), under a temporary name no
 /// other process uses, so two shards committing at once each write a whole
 /// file. Returns the rows written.
-pub fn merge_rejects(parts: &[PathBuf], dest: &Path) -> Result<u64, (PathBuf, String)> {
+pub fn merge_rejects(parts: &[PathBuf], dest: &Path) -> Result<u64, WriterError> {
     let temp = durable::unique_temp_name(dest);
     let props = super::parts::properties(Compression::Zstd);
-    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), rejects_schema(), props)
-        .map_err(|e| (dest.to_path_buf(), e))?;
+    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), rejects_schema(), props)?;
     for part in parts {
-        let error = |e: String| (part.clone(), e);
-        let file = std::fs::File::open(part).map_err(|e| error(e.to_string()))?;
+        let parquet_error = |source| WriterError::Parquet {
+            path: part.clone(),
+            source,
+        };
+        let file = std::fs::File::open(part).map_err(|source| WriterError::Io {
+            path: part.clone(),
+            source,
+        })?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(file)
             .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(parquet_error)?;
         for batch in reader {
-            let batch = batch.map_err(|e| error(e.to_string()))?;
-            // Same columns, re-labelled with the canonical schema's
-            // metadata so the writer accepts them.
+            let arrow_error = |source| WriterError::Arrow {
+                path: part.clone(),
+                source,
+            };
+            // The same columns under the canonical schema, whatever
+            // metadata the file's copy of it carries.
+            let batch = batch.map_err(arrow_error)?;
             let batch = RecordBatch::try_new(rejects_schema(), batch.columns().to_vec())
-                .map_err(|e| error(e.to_string()))?;
-            out.write(&batch).map_err(|e| (dest.to_path_buf(), e))?;
+                .map_err(arrow_error)?;
+            out.write(&batch)?;
         }
     }
     let rows = out.rows() as u64;
-    out.commit().map_err(|e| (dest.to_path_buf(), e))?;
+    out.commit()?;
     Ok(rows)
 }
 
@@ -140,7 +148,7 @@ mod tests {
         Reject {
             id: Some(RowId::Int(row_idx as i64)),
             origin: Origin { file_idx, row_idx },
-            kind: "null_segments",
+            kind: crate::message::RejectKind::NullSegments,
             reason: "bad".into(),
         }
     }
@@ -148,7 +156,14 @@ mod tests {
     #[test]
     fn parts_commit_whole_and_merge_into_one_file() {
         let dir = tempfile::tempdir().unwrap();
-        let sources: Sources = Arc::new(vec!["a.parquet".into(), "b.parquet".into()]);
+        let file = |name: &str| crate::message::InputFile {
+            path: name.into(),
+            size_bytes: 0,
+            modified: None,
+            rows: 10,
+            row_groups: 1,
+        };
+        let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();
         for (i, rows) in [[0u64, 1], [5, 6]].iter().enumerate() {
             let final_path = dir.path().join(format!("rejects-{i}.parquet"));

@@ -6,25 +6,23 @@
 //! from. Nothing grows with the length of the run: rejects go to disk as
 //! they arrive.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::checkpoint::{temp_name, AttemptNames, PROGRESS_DIR};
 use super::parts::PartWriter;
 use super::reject_parts::RejectPart;
-use super::{OutputSchema, WriterConfig, WriterError, WriterReport};
-use crate::message::{Predictions, Reject, WriterMsg};
+use super::{OutputLayout, OutputSchema, WriterConfig, WriterError};
+use crate::message::{Predictions, Reject, RejectKind, WriterMsg, WriterReport};
 
 /// Where one writer thread writes, and under which names.
 #[derive(Debug, Clone, Copy)]
-pub struct WriterPlace<'a> {
-    pub dir: &'a Path,
-    pub names: AttemptNames,
-    pub writer_idx: usize,
+struct WriterPlace<'a> {
+    layout: &'a OutputLayout,
+    writer_idx: usize,
 }
 
 /// The files a writer thread has open, and since when they hold rows not
@@ -46,16 +44,11 @@ impl Open<'_> {
             Some(part) => part,
             None => {
                 self.part_seq += 1;
-                let name = self
-                    .place
-                    .names
-                    .part(self.place.writer_idx, self.part_seq);
-                self.part.insert(PartWriter::create(
-                    self.place.dir,
-                    &name,
-                    self.config.compression,
-                    self.schema,
-                )?)
+                let layout = self.place.layout;
+                let path = layout.part(self.place.writer_idx, self.part_seq);
+                let compression = self.config.compression;
+                self.part
+                    .insert(PartWriter::create(layout, path, compression, self.schema)?)
             }
         };
         part.write(p)?;
@@ -71,24 +64,13 @@ impl Open<'_> {
             Some(file) => file,
             None => {
                 self.rejects_seq += 1;
-                let name = self
-                    .place
-                    .names
-                    .rejects(self.place.writer_idx, self.rejects_seq);
-                let folder = self.place.dir.join(PROGRESS_DIR);
-                let (temp, final_path) = (folder.join(temp_name(&name)), folder.join(&name));
-                let created = RejectPart::create(temp.clone(), final_path);
-                self.rejects.insert(created.map_err(|message| WriterError::Write {
-                    path: temp,
-                    message,
-                })?)
+                let layout = self.place.layout;
+                let path = layout.rejects_part(self.place.writer_idx, self.rejects_seq);
+                self.rejects
+                    .insert(RejectPart::create(layout.in_progress(&path), path)?)
             }
         };
-        file.write(rejects, &self.schema.sources)
-            .map_err(|message| WriterError::Write {
-                path: file.path().to_path_buf(),
-                message,
-            })?;
+        file.write(rejects, &self.schema.sources)?;
         self.uncommitted_since.get_or_insert_with(Instant::now);
         Ok(())
     }
@@ -121,11 +103,7 @@ impl Open<'_> {
     fn commit_all(&mut self, files: &mut Vec<PathBuf>) -> Result<(), WriterError> {
         self.commit_part(files)?;
         if let Some(rejects) = self.rejects.take() {
-            let temp = rejects.path().to_path_buf();
-            files.push(rejects.commit().map_err(|message| WriterError::Write {
-                path: temp,
-                message,
-            })?);
+            files.push(rejects.commit()?);
         }
         self.uncommitted_since = None;
         Ok(())
@@ -137,7 +115,8 @@ impl Open<'_> {
 /// predictions, and a later attempt need not redo them). On an error its
 /// open files are removed, never renamed.
 pub fn run_writer(
-    place: WriterPlace<'_>,
+    layout: &OutputLayout,
+    writer_idx: usize,
     config: &WriterConfig,
     schema: &OutputSchema,
     messages: Receiver<WriterMsg>,
@@ -147,7 +126,7 @@ pub fn run_writer(
     let every = config.commit_every();
     let mut report = WriterReport::default();
     let mut open = Open {
-        place,
+        place: WriterPlace { layout, writer_idx },
         config,
         schema,
         part: None,
@@ -193,8 +172,8 @@ pub fn run_writer(
     Ok(report)
 }
 
-fn count_rejects(kinds: &mut BTreeMap<String, u64>, rejects: &[Reject]) {
+fn count_rejects(kinds: &mut HashMap<RejectKind, u64>, rejects: &[Reject]) {
     for reject in rejects {
-        *kinds.entry(reject.kind.to_string()).or_default() += 1;
+        *kinds.entry(reject.kind).or_default() += 1;
     }
 }
