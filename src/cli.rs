@@ -15,7 +15,7 @@ use crate::exit::{self, Failure, Outcome, Permanent};
 use crate::local_shards::{LocalShards, LocalShardsError};
 use crate::message::{ShardError, ShardSpec, COMPLETION_INDEX_VAR};
 use crate::pipeline::{self, RunEnd, RunOptions};
-use crate::reader::ReaderError;
+use crate::reader::{OnBadFile, ReaderError};
 use crate::worker::WorkerError;
 use crate::writer::checkpoint::CheckpointError;
 use crate::writer::done::ScanError;
@@ -44,6 +44,12 @@ enum Command {
     /// Commit a sharded run by hand: check every shard's accounting and
     /// write `_SUCCESS`, or say which shards are missing.
     Commit(CommitArgs),
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum BadFile {
+    Fail,
+    Skip,
 }
 
 #[derive(Debug, clap::Args)]
@@ -102,6 +108,11 @@ struct RunArgs {
     /// per visible GPU); exits with the most severe of their codes.
     #[arg(long, value_name = "N|all")]
     local_shards: Option<LocalShards>,
+    /// An input file that cannot be read: `fail` ends the run naming it
+    /// (overrides [readers] on_bad_file); `skip` leaves it out, names it in
+    /// the report and predicts the other files (exit code 3).
+    #[arg(long, value_enum)]
+    on_bad_file: Option<BadFile>,
     /// The fraction of input rows that may be rejected with exit code 0;
     /// more gives exit code 3. Default 0: any reject gives 3.
     #[arg(long, default_value_t = 0.0, value_name = "F")]
@@ -116,6 +127,7 @@ pub fn main() -> ExitCode {
     // First: a signal from here on cancels the run and decides the code.
     let cancel = Arc::new(AtomicBool::new(false));
     let signals = crate::signals::install(cancel.clone());
+    crate::reader::catch_decoder_panics();
     init_tracing();
     let cli = Cli::parse();
     let result = signals
@@ -223,6 +235,11 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         threads: args.threads,
     });
     config.writers.overwrite |= args.overwrite;
+    match args.on_bad_file {
+        Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
+        Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,
+        None => {}
+    }
     if let Some(target) = args.gpu_memory {
         config.bucketing.gpu_memory = Some(target);
         config.auto_budget = true;
@@ -245,12 +262,22 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         }
         RunEnd::Finished { report, commit } => {
             println!("{}", report.summary());
-            match &commit {
+            let shard_outcome = match &commit {
                 CommitState::Committed(_) => report_commit(&dir, &commit, fraction),
                 CommitState::Waiting(_) => {
                     report_commit(&dir, &commit, fraction);
                     exit::completed(report.rows_rejected, report.rows_in, fraction)
                 }
+            };
+            if !report.skipped_files.is_empty() {
+                eprintln!(
+                    "segpredict: {} input file(s) skipped; see {}",
+                    report.skipped_files.len(),
+                    dir.join("_report.json").display()
+                );
+                Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
+            } else {
+                shard_outcome
             }
         }
     })

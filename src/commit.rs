@@ -30,6 +30,8 @@ pub struct Totals {
     pub rows_rejected: u64,
     pub rows_resumed: u64,
     pub attempts: u32,
+    /// Input files left out (`on_bad_file = "skip"`).
+    pub skipped_files: u64,
 }
 
 /// Whether a run could be committed.
@@ -87,6 +89,9 @@ fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) ->
         totals.rows_rejected += shard.rows_rejected;
         totals.rows_resumed += shard.rows_resumed;
         totals.attempts += shard.attempts;
+        totals.skipped_files += shard.report["skipped_files"]
+            .as_array()
+            .map_or(0, |files| files.len() as u64);
     }
     let input_rows: u64 = manifest.inputs.iter().map(|i| i.rows).sum();
     if totals.rows_in != input_rows {
@@ -138,6 +143,7 @@ fn write_report(layout: &OutputLayout, shards: &[ShardDone], totals: Totals) -> 
             "rows_rejected": totals.rows_rejected,
             "rows_resumed": totals.rows_resumed,
             "attempts": totals.attempts,
+            "skipped_files": shards.first().map(|s| s.report["skipped_files"].clone()),
             "shards": shards.iter().map(|s| s.report.clone()).collect::<Vec<_>>(),
         }),
     };

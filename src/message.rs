@@ -73,6 +73,14 @@ impl InputFile {
 /// The input files of a run, indexed by [`Origin::file_idx`].
 pub type Sources = Arc<Vec<InputFile>>;
 
+/// An input file the run left out (`[readers] on_bad_file = "skip"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedFile {
+    pub path: std::path::PathBuf,
+    /// Why, as one line.
+    pub reason: String,
+}
+
 /// A row's id as read from the id column; the output keeps its type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RowId {
@@ -190,6 +198,11 @@ pub enum RejectKind {
     BadInputWidth,
     /// The device ran out of memory on this row alone, unpadded.
     OomSingleRow,
+    /// The model failed on this row alone (e.g. a tag id outside its
+    /// embedding); the reason holds the model's own message.
+    ModelError,
+    /// More segments than `[bucketing] max_segments_per_row` allows.
+    TooManySegments,
 }
 
 impl RejectKind {
@@ -204,6 +217,8 @@ impl RejectKind {
             RejectKind::NullInput => "null_input",
             RejectKind::BadInputWidth => "bad_input_width",
             RejectKind::OomSingleRow => "oom_single_row",
+            RejectKind::ModelError => "model_error",
+            RejectKind::TooManySegments => "too_many_segments",
         }
     }
 }

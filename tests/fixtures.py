@@ -205,6 +205,26 @@ def cmd_bad_tag(a, t):
     pq.write_table(replace(t, "tags", pa.array(rows, type=tags.type)), a.out)
 
 
+def cmd_flip_byte(a, t):
+    """Written with page checksums (dictionary-encoded ids, no compression,
+    --row-group-size rows a group); then one bit of the last data page of
+    row group 1's id column is flipped, as a bad disk or network would."""
+    pq.write_table(t, a.out, use_dictionary=["id"], compression="none",
+                   row_group_size=a.row_group_size, write_page_checksum=True)
+    col = pq.ParquetFile(a.out).metadata.row_group(1).column(0)
+    end = (col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size
+    data = bytearray(Path(a.out).read_bytes())
+    data[end - 5] ^= 0x01
+    Path(a.out).write_bytes(bytes(data))
+
+
+def cmd_truncated(a, t):
+    """The file cut in half, as an interrupted copy leaves it."""
+    pq.write_table(t, a.out)
+    data = Path(a.out).read_bytes()
+    Path(a.out).write_bytes(data[: len(data) // 2])
+
+
 def cmd_binary_list(a, t):
     pq.write_table(replace(t, "segments", binary_segments(t)), a.out)
 
@@ -274,6 +294,8 @@ COMMANDS = {
     "wrapper-model": cmd_wrapper_model,
     "other-model": cmd_other_model,
     "bad-tag": cmd_bad_tag,
+    "flip-byte": cmd_flip_byte,
+    "truncated": cmd_truncated,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
     "empty": cmd_empty,

@@ -9,6 +9,8 @@
 //! * `deploy`: the Kubernetes manifests, validated and run as their pods.
 //! * `resume`: killed runs resumed, finished runs left alone, other runs
 //!   refused, shards in one directory.
+//! * `faults`: a row the model cannot take, corrupt and truncated files,
+//!   a full disk.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `tidy`: the architecture's rules, checked on the source text.
 //!
@@ -18,6 +20,7 @@ mod util;
 
 mod deploy;
 mod errors;
+mod faults;
 mod gpu;
 mod inputs;
 mod recovery;

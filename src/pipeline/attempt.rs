@@ -73,6 +73,7 @@ pub(super) fn run_facts(
         resumed: *resumed,
         attempts: layout.names().attempt,
         shard: shard.is_sharded().then(|| shard.to_string()),
+        skipped_files: plan.skipped.clone(),
     }
 }
 

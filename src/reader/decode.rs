@@ -37,6 +37,9 @@ pub enum DecodeError {
     NotAList { column: String, found: DataType },
     #[error("column `{column}`: unsupported segment item type {found}")]
     SegmentItems { column: String, found: DataType },
+    /// The Parquet decoder panicked on this data (a corrupt page).
+    #[error("the file is corrupt: the Parquet decoder failed with \"{0}\"")]
+    Corrupt(String),
 }
 
 fn cast_error(column: &str) -> impl Fn(arrow::error::ArrowError) -> DecodeError + '_ {

@@ -9,6 +9,7 @@
 mod columns;
 mod decode;
 mod discover;
+mod panics;
 mod plan;
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 
 pub use columns::ColumnMapping;
 pub use decode::DecodeError;
+pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
 
 use plan::open_builder;
@@ -50,6 +52,21 @@ pub struct ReaderConfig {
     pub batch_rows: usize,
     /// How Parquet columns map to the model's inputs.
     pub columns: ColumnMapping,
+    /// An input file that cannot be read (not Parquet, truncated, columns
+    /// that do not fit): `fail` (default) ends the run before any row is
+    /// predicted, naming the file; `skip` leaves it out, names it and why
+    /// in the report, and predicts the other files.
+    #[serde(default)]
+    pub on_bad_file: OnBadFile,
+}
+
+/// What to do with an input file that cannot be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadFile {
+    #[default]
+    Fail,
+    Skip,
 }
 
 fn default_batch_rows() -> usize {
@@ -194,11 +211,17 @@ fn read_unit(
         .build()
         .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
     let mut next_row = unit.first_row;
-    for batch in reader {
+    let mut reader = reader;
+    loop {
         if cancel.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let started = std::time::Instant::now();
+        // A corrupt page can make the parquet crate panic: that is this
+        // file's and row group's error, not the program's.
+        let next =
+            panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?;
+        let Some(batch) = next else { break };
         let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
         let mut chunk = decode_pool
             .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row))

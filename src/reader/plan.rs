@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::{discover, ReaderConfig, ReaderError};
-use crate::message::{deal_units, DoneSet, IdKind, InputFile, Origin, ShardSpec, Sources};
+use super::{discover, OnBadFile, ReaderConfig, ReaderError};
+use crate::message::{
+    deal_units, DoneSet, IdKind, InputFile, Origin, ShardSpec, SkippedFile, Sources,
+};
 
 /// One row group of one file: the unit of parallel reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,8 @@ pub struct ReadPlan {
     selected: Box<[Unit]>,
     /// Rows an earlier attempt finished, skipped as they are read.
     done: Option<Arc<DoneSet>>,
+    /// Files left out (`on_bad_file = "skip"`), with why.
+    pub skipped: Vec<SkippedFile>,
 }
 
 impl ReadPlan {
@@ -106,6 +110,45 @@ impl<'a> UnitQueue<'a> {
     }
 }
 
+/// A file left out under `on_bad_file = "skip"`, with why (the error and
+/// its causes, in one line).
+fn skip(file: &InputFile, error: &ReaderError) -> SkippedFile {
+    let mut reason = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        reason += &format!(": {c}");
+        cause = c.source();
+    }
+    tracing::warn!(path = %file.path.display(), %reason, "skipping an unreadable input file");
+    SkippedFile {
+        path: file.path.clone(),
+        reason,
+    }
+}
+
+/// Every file's id column has the first file's kind.
+fn check_id_kind(
+    first: &mut Option<(IdKind, PathBuf)>,
+    kind: IdKind,
+    file: &InputFile,
+    column: &str,
+) -> Result<(), ReaderError> {
+    match first {
+        None => *first = Some((kind, file.path.clone())),
+        Some((expected, first)) if *expected != kind => {
+            return Err(ReaderError::IdKindMismatch {
+                path: file.path.clone(),
+                column: column.to_string(),
+                found: kind,
+                expected: *expected,
+                first: first.clone(),
+            })
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
 /// Opens a local Parquet file and reads its footer.
 pub(super) fn open_builder(
     path: &std::path::Path,
@@ -125,26 +168,25 @@ impl ReaderConfig {
     /// is read, so a wrong column fails in seconds, not hours into a night.
     pub fn plan(&self) -> Result<ReadPlan, ReaderError> {
         self.validate()?;
-        let mut files = discover::input_files(&self.path)?;
+        let found = discover::input_files(&self.path)?;
+        let mut files = Vec::with_capacity(found.len());
+        let mut skipped = Vec::new();
         let mut units = Vec::new();
         let mut id_kind: Option<(IdKind, PathBuf)> = None;
-        for (file_idx, file) in files.iter_mut().enumerate() {
-            let file_idx = u32::try_from(file_idx)
+        for mut file in found {
+            let file_idx = u32::try_from(files.len())
                 .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
-            let kind = self.plan_file(file, file_idx, &mut units)?;
-            match &id_kind {
-                None => id_kind = Some((kind, file.path.clone())),
-                Some((expected, first)) if *expected != kind => {
-                    return Err(ReaderError::IdKindMismatch {
-                        path: file.path.clone(),
-                        column: self.columns.id.clone(),
-                        found: kind,
-                        expected: *expected,
-                        first: first.clone(),
-                    })
+            let planned = self.plan_file(&mut file, file_idx, &mut units);
+            let kind = match (planned, self.on_bad_file) {
+                (Ok(kind), _) => kind,
+                (Err(error), OnBadFile::Skip) => {
+                    skipped.push(skip(&file, &error));
+                    continue;
                 }
-                Some(_) => {}
-            }
+                (Err(error), OnBadFile::Fail) => return Err(error),
+            };
+            check_id_kind(&mut id_kind, kind, &file, &self.columns.id)?;
+            files.push(file);
         }
         Ok(ReadPlan {
             total_rows: files.iter().map(|f| f.rows).sum(),
@@ -153,6 +195,7 @@ impl ReaderConfig {
             selected: units.clone().into_boxed_slice(),
             units: units.into_boxed_slice(),
             done: None,
+            skipped,
         })
     }
 

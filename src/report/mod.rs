@@ -19,7 +19,7 @@ pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummar
 
 use crate::message::{
     BatchRecord, BatchingStrategy, BucketingReport, Calibration, FlushReason, MemoryStats,
-    ReaderStats, RejectKind, WorkerReport, WriterReport,
+    ReaderStats, RejectKind, SkippedFile, WorkerReport, WriterReport,
 };
 
 /// Everything a run measured.
@@ -43,6 +43,8 @@ pub struct RunReport {
     /// `I/N` when the run is one shard of several.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// Input files left out (`on_bad_file = "skip"`), with why.
+    pub skipped_files: Vec<SkippedFile>,
     pub batches: u64,
     pub segments: u64,
     pub padded_segments: u64,
@@ -227,6 +229,7 @@ pub struct RunFacts {
     pub resumed: (u64, u64),
     pub attempts: u32,
     pub shard: Option<String>,
+    pub skipped_files: Vec<SkippedFile>,
 }
 
 impl RunReport {
@@ -247,6 +250,7 @@ impl RunReport {
             rows_resumed: facts.resumed.0 + facts.resumed.1,
             attempts: facts.attempts,
             shard: facts.shard,
+            skipped_files: facts.skipped_files,
             batches: records.len() as u64,
             segments: bucketing.segments,
             padded_segments: bucketing.padded_segments,

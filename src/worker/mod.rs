@@ -388,12 +388,51 @@ impl Worker {
             report.oom_events += 1;
             return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
         }
+        if error.may_be_the_rows() {
+            return self.isolate_failing_rows(batch, split_depth, &error, out, budget, report);
+        }
         Err(WorkerError::Forward {
             seq: batch.seq,
             rows: batch.rows.len(),
             segments: batch.n_segments,
             source: error,
         })
+    }
+
+    /// A model error that a row may cause: the batch is split in halves,
+    /// like an out-of-memory one, until the row(s) that fail alone are
+    /// found; they are rejected with the model's own message, the rest is
+    /// predicted.
+    fn isolate_failing_rows(
+        &self,
+        batch: Batch,
+        split_depth: u32,
+        error: &TorchError,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        tracing::warn!(seq = batch.seq, rows = batch.rows.len(), %error,
+            "the model failed on a batch; looking for the row(s) that fail alone");
+        match split_in_half(batch) {
+            Split::Halves(first, second) => {
+                Ok(self.run_batch(first, split_depth + 1, out, budget, report)?
+                    && self.run_batch(second, split_depth + 1, out, budget, report)?)
+            }
+            Split::Lone(lone) => {
+                let rejects = lone
+                    .rows
+                    .into_iter()
+                    .map(|meta| Reject {
+                        id: Some(meta.id),
+                        origin: meta.origin,
+                        kind: RejectKind::ModelError,
+                        reason: format!("the model failed on this row: {}", error.cause()),
+                    })
+                    .collect();
+                Ok(out.send(WriterMsg::Rejects(rejects)).is_ok())
+            }
+        }
     }
 
     fn recover_from_oom(

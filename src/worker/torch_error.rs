@@ -13,7 +13,7 @@ pub enum TorchError {
     /// The device ran out of memory: recoverable by running less at once.
     #[error("{}", first_line(.0))]
     OutOfMemory(tch::TchError),
-    #[error("{}", first_line(.0))]
+    #[error("{}", first_and_last_lines(.0))]
     Failed(tch::TchError),
     #[error(transparent)]
     Shim(#[from] ShimError),
@@ -34,6 +34,57 @@ impl From<tch::TchError> for TorchError {
 impl TorchError {
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, TorchError::OutOfMemory(_))
+    }
+
+    /// A failure the rows of the batch may have caused (a value the model
+    /// cannot take), rather than the device: the worker looks for the
+    /// row(s) by splitting the batch. A CUDA error is the device's: it
+    /// poisons the context and is retried as a whole run.
+    pub fn may_be_the_rows(&self) -> bool {
+        match self {
+            TorchError::Failed(e) => {
+                let text = e.to_string();
+                ![
+                    "CUDA error",
+                    "cuDNN error",
+                    "CUBLAS_STATUS",
+                    "device-side assert",
+                ]
+                .iter()
+                .any(|device| text.contains(device))
+            }
+            _ => false,
+        }
+    }
+
+    /// The cause as libtorch states it last (TorchScript's first line is
+    /// only "The following operation failed in the TorchScript
+    /// interpreter"; the last says what, e.g. "index out of range in self").
+    pub fn cause(&self) -> String {
+        match self {
+            TorchError::OutOfMemory(e) | TorchError::Failed(e) => last_line(e),
+            TorchError::Shim(e) => e.to_string(),
+        }
+    }
+}
+
+/// The last non-empty line of libtorch's message, which names the cause.
+fn last_line(error: &tch::TchError) -> String {
+    let text = error.to_string();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(&text)
+        .trim()
+        .to_string()
+}
+
+/// The header and the cause, in one line.
+fn first_and_last_lines(error: &tch::TchError) -> String {
+    let (first, last) = (first_line(error), last_line(error));
+    match first == last {
+        true => first,
+        false => format!("{first} ... {last}"),
     }
 }
 

@@ -1,0 +1,173 @@
+//! Faults a probe found, each with the behaviour a nightly job needs: one
+//! row the model cannot take is that row's reject; a corrupt page or a
+//! truncated file is a permanent error naming it (or, asked to, a skipped
+//! file); a full disk leaves no temporary file behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::*;
+
+#[test]
+fn a_tag_id_outside_the_embedding_rejects_that_row_as_model_error() {
+    let dir = tmp();
+    let input = dir.path().join("in.parquet");
+    fixture(
+        "bad-tag",
+        &sample(),
+        &input,
+        &["--rows", "120", "--indices", "5,77", "--tag", "100000"],
+    );
+    let rows = read_input(&input);
+    let mut pipeline = Pipeline::new(&input, dir.path().join("out"));
+    pipeline.max_rows = 16;
+    let RejectingRun {
+        output, rejects, ..
+    } = run_with_rejects(&pipeline, &rows);
+    assert_eq!(output.len(), 118);
+    let mut rejected: Vec<i64> = rejects.iter().map(|r| r.source_row).collect();
+    rejected.sort_unstable();
+    assert_eq!(rejected, [5, 77]);
+    for reject in &rejects {
+        assert_eq!(reject.kind, "model_error", "{reject:?}");
+        assert!(
+            reject.reason.contains("index out of range"),
+            "the reason is not the model's cause: {reject:?}"
+        );
+    }
+    assert_same_predictions_as_baseline(&output);
+}
+
+/// The one error line of a run that failed for good: exit 2, no panic.
+fn permanent_error(run: &RunResult) -> String {
+    expect_one_line_error(run)
+}
+
+#[test]
+fn a_flipped_byte_in_a_checksummed_page_is_exit_2_naming_file_and_row_group() {
+    let dir = tmp();
+    let input = dir.path().join("flipped.parquet");
+    fixture(
+        "flip-byte",
+        &sample(),
+        &input,
+        &["--rows", "200", "--row-group-size", "100"],
+    );
+    let run = Pipeline::new(&input, dir.path().join("out")).run(&[]);
+    let line = permanent_error(&run);
+    assert!(line.contains("flipped.parquet"), "{line}");
+    assert!(line.contains("row group 1"), "{line}");
+    assert!(line.contains("checksum"), "{line}");
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+}
+
+/// Three good files and one truncated one in a directory.
+fn three_good_and_one_truncated(dir: &Path) -> (PathBuf, Vec<InputRow>) {
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let mut rows = Vec::new();
+    for (i, n) in [40, 30, 20].iter().enumerate() {
+        let file = input.join(format!("good-{i}.parquet"));
+        fixture(
+            "take",
+            &sample(),
+            &file,
+            &[
+                "--indices",
+                &(i * 100..i * 100 + n)
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ],
+        );
+        rows.extend(read_input(&file));
+    }
+    fixture(
+        "truncated",
+        &sample(),
+        &input.join("truncated.parquet"),
+        &["--rows", "50"],
+    );
+    (input, rows)
+}
+
+#[test]
+fn a_truncated_file_fails_the_run_naming_it_or_is_skipped_when_asked() {
+    let dir = tmp();
+    let (input, good_rows) = three_good_and_one_truncated(dir.path());
+    let pipeline = Pipeline::new(&input, dir.path().join("out"));
+    let line = permanent_error(&pipeline.run(&[]));
+    assert!(line.contains("truncated.parquet"), "{line}");
+
+    let skipping = Pipeline::new(&input, dir.path().join("skipped"));
+    let run = skipping.run(&["--on-bad-file", "skip"]);
+    run.expect_code(3);
+    let out = &run.out_dir;
+    assert!(out.join("_SUCCESS").is_file(), "{}", run.describe());
+    let output = read_output(out);
+    assert_each_id_once(
+        good_rows.iter().map(|r| r.id.as_str()),
+        &output,
+        &read_rejects(out),
+    );
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    let skipped = report["skipped_files"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{report}");
+    assert!(
+        skipped[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("truncated.parquet"),
+        "{report}"
+    );
+    assert!(!skipped[0]["reason"].as_str().unwrap().is_empty());
+}
+
+/// A small tmpfs mounted for one test (the tests run as root, as CI does),
+/// unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: PathBuf, size: &str) -> Self {
+        std::fs::create_dir_all(&at).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting a {size} tmpfs needs root (CI runs as root)"
+        );
+        Self(at)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_fails_retryably_and_leaves_no_temporary_file() {
+    let dir = tmp();
+    let disk = SmallDisk::mount(dir.path().join("small"), "64k");
+    let out = disk.0.join("out");
+    let mut pipeline = Pipeline::new(sample(), &out);
+    pipeline.writers_extra.push("compression = \"none\"".into());
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, 1, "a full disk is retryable: {}", run.describe());
+    assert!(run.stderr.contains("No space left"), "{}", run.describe());
+    let mut leftovers = Vec::new();
+    for folder in [out.clone(), out.join("_progress")] {
+        for path in list_dir(&folder) {
+            if file_name(&path).ends_with(".inprogress") {
+                leftovers.push(path);
+            }
+        }
+    }
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    assert!(!out.join("_SUCCESS").exists());
+}
