@@ -167,6 +167,9 @@ fn classify(error: &anyhow::Error) -> Failure {
         if let Some(e) = cause.downcast_ref::<ReaderError>() {
             return !matches!(e, ReaderError::Io { .. });
         }
+        if let Some(WorkerError::StartupCheck { source, .. }) = cause.downcast_ref() {
+            return !source.is_device_failure();
+        }
         if let Some(e) = cause.downcast_ref::<WorkerError>() {
             return matches!(
                 e,

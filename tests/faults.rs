@@ -171,3 +171,35 @@ fn a_full_disk_fails_retryably_and_leaves_no_temporary_file() {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     assert!(!out.join("_SUCCESS").exists());
 }
+
+#[test]
+fn rejects_within_the_allowed_fraction_exit_0_beyond_it_3() {
+    let dir = tmp();
+    let input = dir.path().join("bad.parquet");
+    fixture("bad-values", &sample(), &input, &["--rows", "300"]);
+    // 3 of 300 rows are rejected: 1%.
+    let pipeline = Pipeline::new(&input, dir.path().join("allowed"));
+    pipeline
+        .run(&["--max-reject-fraction", "0.01"])
+        .expect_code(0);
+    let strict = Pipeline::new(&input, dir.path().join("strict"));
+    strict
+        .run(&["--max-reject-fraction", "0.009"])
+        .expect_code(3);
+}
+
+#[test]
+fn a_labels_file_shorter_than_the_models_outputs_fails_at_start_up() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 20);
+    let labels = dir.path().join("short.labels.txt");
+    let all = std::fs::read_to_string(crate::util::labels()).unwrap();
+    let short: Vec<&str> = all.lines().take(5).collect();
+    std::fs::write(&labels, short.join("\n") + "\n").unwrap();
+    let mut pipeline = Pipeline::new(&input, dir.path().join("out"));
+    pipeline.labels = labels;
+    let line = permanent_error(&pipeline.run(&[]));
+    assert!(line.contains("start-up"), "{line}");
+    assert!(line.contains("5 labels"), "{line}");
+    assert!(part_files(&dir.path().join("out")).is_empty());
+}

@@ -389,3 +389,44 @@ fn commit_by_hand_names_the_missing_shards() {
     let commit = run_command(Command::new(bin()).arg("commit").arg(&out), &out);
     commit.expect_code(0);
 }
+
+#[test]
+fn sigterm_exits_143_and_the_rerun_resumes() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 600);
+    let ids = ids_of(&read_input(&input));
+    let out = dir.path().join("out");
+    let file = slowed(&input, &out).write(&dir.path().join("p.toml"));
+    let mut child = spawn(&file, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline
+        && part_files(&out).is_empty()
+        && child.try_wait().unwrap().is_none()
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("resumable"), "{stderr}");
+    assert!(!out.join("_SUCCESS").exists());
+    assert!(
+        temporary_files(&out).is_empty(),
+        "{:?}",
+        temporary_files(&out)
+    );
+    let committed = committed_rows(&out);
+    let rerun = run_file(&file, &[], &out);
+    rerun.expect_code(0);
+    let output = read_output(&out);
+    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
+    assert_eq!(
+        report_u64(&read_report(&out), "rows_resumed") as usize,
+        committed
+    );
+}

@@ -128,6 +128,12 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
+    #[error("model {path} cannot predict these inputs with these labels (checked on one synthetic row at start-up)")]
+    StartupCheck {
+        path: PathBuf,
+        #[source]
+        source: TorchError,
+    },
     #[error("cannot load model {path}: converting to channels-last")]
     ChannelsLast {
         path: PathBuf,
@@ -233,7 +239,7 @@ impl Worker {
                     source,
                 })?;
         }
-        Ok(Self {
+        let worker = Self {
             model,
             labels,
             inputs,
@@ -241,7 +247,24 @@ impl Worker {
             channels_last,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
-        })
+        };
+        worker
+            .check_on_one_row()
+            .map_err(|source| WorkerError::StartupCheck {
+                path: config.path.clone(),
+                source,
+            })?;
+        Ok(worker)
+    }
+
+    /// One tiny forward pass before the first row: a labels file shorter
+    /// (or longer) than the model's outputs, or a model that cannot take
+    /// the pipeline's inputs, fails here, in seconds, not at the first
+    /// batch of the night.
+    fn check_on_one_row(&self) -> Result<(), TorchError> {
+        let _no_grad = tch::no_grad_guard();
+        let batch = calibrate::synthetic_batch(&self.inputs, 1);
+        self.model.launch(&batch)?.wait().map(|_| ())
     }
 
     /// Runs until the batch channel closes or the run is cancelled. `budget`

@@ -37,14 +37,22 @@ impl TorchError {
     }
 
     /// A failure the rows of the batch may have caused (a value the model
-    /// cannot take), rather than the device: the worker looks for the
-    /// row(s) by splitting the batch. A CUDA error is the device's: it
-    /// poisons the context and is retried as a whole run.
+    /// cannot take), rather than the device or the model's outputs against
+    /// the labels: the worker looks for the row(s) by splitting the batch.
     pub fn may_be_the_rows(&self) -> bool {
+        matches!(self, TorchError::Failed(e) if !matches!(e, tch::TchError::Shape(_)))
+            && !self.is_device_failure()
+    }
+
+    /// The device failed (out of memory, a CUDA error, the shim): a retry,
+    /// on this device or another, may succeed. A CUDA error poisons the
+    /// context, so the whole run is retried.
+    pub fn is_device_failure(&self) -> bool {
         match self {
+            TorchError::OutOfMemory(_) | TorchError::Shim(_) => true,
             TorchError::Failed(e) => {
                 let text = e.to_string();
-                ![
+                [
                     "CUDA error",
                     "cuDNN error",
                     "CUBLAS_STATUS",
@@ -53,7 +61,6 @@ impl TorchError {
                 .iter()
                 .any(|device| text.contains(device))
             }
-            _ => false,
         }
     }
 
