@@ -37,6 +37,12 @@ pub struct SegmentsColumn {
     pub dtype: SegmentDtype,
     /// Shape of one segment as the model takes it, e.g. `[1, 8, 8]`. Required.
     pub shape: Vec<usize>,
+    /// Rows with more segments than this are rejected
+    /// (`too_many_segments`) before their segments are copied. Default:
+    /// no limit. One row of 100,000 segments took 4.3 GiB of host memory
+    /// in the model on CPU; a limit keeps one odd row from ending the night.
+    #[serde(default)]
+    pub max_per_row: Option<usize>,
 }
 
 fn default_dtype() -> SegmentDtype {

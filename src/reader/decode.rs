@@ -199,6 +199,7 @@ struct SegmentsReader<'a> {
     items: SegmentItems<'a>,
     segment_bytes: usize,
     elements: usize,
+    max_per_row: usize,
 }
 
 /// The segment items of a batch, in each of the layouts writers produce.
@@ -236,6 +237,7 @@ impl<'a> SegmentsReader<'a> {
             items,
             segment_bytes: column.segment_bytes(),
             elements: column.elements(),
+            max_per_row: column.max_per_row.unwrap_or(usize::MAX),
         })
     }
 
@@ -249,6 +251,15 @@ impl<'a> SegmentsReader<'a> {
             return Err((RejectKind::NoSegments, "the row has no segments".into()));
         }
         let n_segments = range.len();
+        if n_segments > self.max_per_row {
+            return Err((
+                RejectKind::TooManySegments,
+                format!(
+                    "the row has {n_segments} segments, more than max_per_row = {}",
+                    self.max_per_row
+                ),
+            ));
+        }
         let mut bytes = Vec::with_capacity(n_segments * self.segment_bytes);
         for (k, j) in range.enumerate() {
             self.append_segment(j, &mut bytes)
@@ -448,9 +459,29 @@ mod tests {
                 name: "segments".into(),
                 dtype: SegmentDtype::U8,
                 shape: vec![1, 2, 2],
+                max_per_row: None,
             },
             extras,
         }
+    }
+
+    #[test]
+    fn a_row_over_max_per_row_is_rejected_before_its_segments_are_copied() {
+        let ids: ArrayRef = Arc::new(StringArray::from(vec!["a", "b"]));
+        let mut segments = ListBuilder::new(FixedSizeBinaryBuilder::new(4));
+        for n in [2, 3] {
+            for _ in 0..n {
+                segments.values().append_value([1, 2, 3, 4]).unwrap();
+            }
+            segments.append(true);
+        }
+        let batch = batch(vec![("id", ids), ("segments", Arc::new(segments.finish()))]);
+        let mut columns = mapping(vec![]);
+        columns.segments.max_per_row = Some(2);
+        let chunk = decode_batch(&batch, &columns, 0, 0).unwrap();
+        assert_eq!(chunk.rows.len(), 1);
+        assert_eq!(kinds(&chunk), [(1, RejectKind::TooManySegments)]);
+        assert!(chunk.rejects[0].reason.contains("3 segments"));
     }
 
     fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
