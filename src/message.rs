@@ -15,6 +15,8 @@ pub trait Segmented {
 pub enum IdKind {
     Str,
     Int,
+    /// Unsigned 64-bit ids, kept unsigned: values above `i64::MAX` exist.
+    UInt,
 }
 
 impl std::fmt::Display for IdKind {
@@ -22,6 +24,7 @@ impl std::fmt::Display for IdKind {
         f.write_str(match self {
             IdKind::Str => "a string",
             IdKind::Int => "an integer",
+            IdKind::UInt => "an unsigned 64-bit integer",
         })
     }
 }
@@ -85,6 +88,7 @@ pub struct SkippedFile {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RowId {
     Int(i64),
+    UInt(u64),
     Str(String),
 }
 
@@ -92,6 +96,7 @@ impl std::fmt::Display for RowId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RowId::Int(v) => write!(f, "{v}"),
+            RowId::UInt(v) => write!(f, "{v}"),
             RowId::Str(s) => f.write_str(s),
         }
     }

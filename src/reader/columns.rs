@@ -188,6 +188,7 @@ pub(super) fn id_kind_of(data_type: &DataType) -> Option<IdKind> {
     match data_type {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(IdKind::Str),
         DataType::Dictionary(_, value) => id_kind_of(value),
+        DataType::UInt64 => Some(IdKind::UInt),
         t if t.is_integer() => Some(IdKind::Int),
         _ => None,
     }

@@ -8,7 +8,9 @@ use arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListArray, GenericListArray, OffsetSizeTrait,
 };
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float16Type, Float32Type, Float64Type, Int64Type, UInt8Type};
+use arrow::datatypes::{
+    DataType, Float16Type, Float32Type, Float64Type, Int64Type, UInt64Type, UInt8Type,
+};
 use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
@@ -123,25 +125,27 @@ fn decode_row(
 
 type RowError = (RejectKind, String);
 
-/// The id column, cast once per batch to Utf8 or Int64.
+/// The id column, cast once per batch to Utf8, Int64 or (for unsigned
+/// 64-bit ids, which may not fit an i64) UInt64.
 enum IdColumn {
     Str(arrow::array::StringArray),
     Int(arrow::array::Int64Array),
+    UInt(arrow::array::UInt64Array),
 }
 
 impl IdColumn {
     fn new(array: &ArrayRef, name: &str) -> Result<Self, DecodeError> {
-        let is_str = super::columns::id_kind_of(array.data_type()) == Some(IdKind::Str);
-        let target = if is_str {
-            DataType::Utf8
-        } else {
-            DataType::Int64
+        let kind = super::columns::id_kind_of(array.data_type());
+        let target = match kind {
+            Some(IdKind::Str) => DataType::Utf8,
+            Some(IdKind::UInt) => DataType::UInt64,
+            _ => DataType::Int64,
         };
         let cast = cast(array, &target).map_err(cast_error(name))?;
-        Ok(if is_str {
-            IdColumn::Str(cast.as_string::<i32>().clone())
-        } else {
-            IdColumn::Int(cast.as_primitive::<Int64Type>().clone())
+        Ok(match kind {
+            Some(IdKind::Str) => IdColumn::Str(cast.as_string::<i32>().clone()),
+            Some(IdKind::UInt) => IdColumn::UInt(cast.as_primitive::<UInt64Type>().clone()),
+            _ => IdColumn::Int(cast.as_primitive::<Int64Type>().clone()),
         })
     }
 
@@ -149,6 +153,7 @@ impl IdColumn {
         match self {
             IdColumn::Str(a) => a.is_valid(i).then(|| RowId::Str(a.value(i).to_string())),
             IdColumn::Int(a) => a.is_valid(i).then(|| RowId::Int(a.value(i))),
+            IdColumn::UInt(a) => a.is_valid(i).then(|| RowId::UInt(a.value(i))),
         }
     }
 }
@@ -578,6 +583,22 @@ mod tests {
             ]
         );
         assert!(chunk.rejects[0].reason.contains("3 bytes, expected 4"));
+    }
+
+    #[test]
+    fn unsigned_ids_above_i64_max_keep_their_value() {
+        let big = u64::MAX - 1;
+        let ids: ArrayRef = Arc::new(arrow::array::UInt64Array::from(vec![big, 3]));
+        let mut segments = ListBuilder::new(FixedSizeBinaryBuilder::new(4));
+        for _ in 0..2 {
+            segments.values().append_value([1, 2, 3, 4]).unwrap();
+            segments.append(true);
+        }
+        let batch = batch(vec![("id", ids), ("segments", Arc::new(segments.finish()))]);
+        let chunk = decode_batch(&batch, &mapping(vec![]), 0, 0).unwrap();
+        assert!(chunk.rejects.is_empty(), "{:?}", chunk.rejects);
+        assert_eq!(chunk.rows[0].meta.id, RowId::UInt(big));
+        assert_eq!(chunk.rows[1].meta.id, RowId::UInt(3));
     }
 
     #[test]

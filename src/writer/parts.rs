@@ -27,6 +27,7 @@ pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
     let id_type = match id_kind {
         IdKind::Str => DataType::Utf8,
         IdKind::Int => DataType::Int64,
+        IdKind::UInt => DataType::UInt64,
     };
     Arc::new(Schema::new(vec![
         Field::new("id", id_type, false),
@@ -115,9 +116,18 @@ impl PartWriter {
                     .iter()
                     .map(|r| match r.id {
                         RowId::Int(v) => Some(v),
-                        RowId::Str(_) => None,
+                        _ => None,
                     })
                     .collect::<Int64Array>(),
+            ),
+            IdKind::UInt => Arc::new(
+                p.rows
+                    .iter()
+                    .map(|r| match r.id {
+                        RowId::UInt(v) => Some(v),
+                        _ => None,
+                    })
+                    .collect::<arrow::array::UInt64Array>(),
             ),
         };
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
