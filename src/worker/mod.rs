@@ -6,6 +6,7 @@
 //! for the rest of the run, and rejects a lone row that still does not fit.
 
 pub mod alloc;
+mod backend;
 pub mod calibrate;
 mod model;
 
@@ -125,6 +126,8 @@ pub enum WorkerError {
     Stats(String),
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
+    #[error(transparent)]
+    Aoti(#[from] backend::aoti::AotiError),
 }
 
 /// Parses the device setting; `auto` is CUDA device 0 when CUDA is present.
@@ -234,8 +237,9 @@ impl Worker {
                 message: e.to_string(),
             }
         })?;
-        let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
-        let channels_last = config.channels_last.unwrap_or(device.is_cuda());
+        let model = Model::load(config, device, inputs, n_labels)?;
+        let channels_last =
+            model.is_torchscript() && config.channels_last.unwrap_or(device.is_cuda());
         if channels_last {
             model
                 .to_channels_last()

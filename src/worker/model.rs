@@ -6,17 +6,23 @@ use std::path::Path;
 use tch::{CModule, Device, Kind, Tensor};
 
 use super::alloc::DeviceEvent;
-use super::{ModelDtype, WorkerError};
+use super::backend::aoti::{self, AotiPackage, AotiSettings, ArchiveKind};
+use super::{ModelConfig, WorkerError};
 use crate::message::{Batch, BatchExtra, InputSpec, SegmentDtype};
 
 /// The model, its device, and what it is fed.
 pub struct Model {
-    module: CModule,
+    module: Module,
     pub device: Device,
     kind: Kind,
     segment_shape: Vec<i64>,
     segment_dtype: SegmentDtype,
     n_labels: usize,
+}
+
+enum Module {
+    TorchScript(CModule),
+    Aoti(AotiPackage),
 }
 
 /// One forward pass's answer for each row.
@@ -60,28 +66,36 @@ impl Launched {
 
 impl Model {
     pub fn load(
-        path: &Path,
+        config: &ModelConfig,
         device: Device,
-        dtype: ModelDtype,
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
+        let path = config.path.as_path();
         if !path.is_file() {
             return Err(WorkerError::ModelMissing {
                 path: path.to_path_buf(),
             });
         }
-        let mut module =
-            CModule::load_on_device(path, device).map_err(|e| WorkerError::ModelLoad {
-                path: path.to_path_buf(),
-                message: first_line(&e.to_string()),
-            })?;
-        let kind = dtype.kind();
-        module.to(device, kind, false);
-        module.f_set_eval().map_err(|e| WorkerError::ModelLoad {
-            path: path.to_path_buf(),
-            message: first_line(&e.to_string()),
-        })?;
+        let (module, kind) = match aoti::archive_kind(path)? {
+            ArchiveKind::TorchScript => {
+                let kind = config.dtype.kind();
+                (
+                    Module::TorchScript(load_torchscript(path, device, kind)?),
+                    kind,
+                )
+            }
+            ArchiveKind::Aoti => {
+                let settings = AotiSettings {
+                    channels_last: config.channels_last,
+                    dtype: Some(config.dtype),
+                    jit_profiling: config.jit_profiling,
+                };
+                let package = AotiPackage::load(path, device, settings, inputs, n_labels)?;
+                let kind = package.kind();
+                (Module::Aoti(package), kind)
+            }
+        };
         Ok(Self {
             module,
             device,
@@ -92,12 +106,19 @@ impl Model {
         })
     }
 
+    pub fn is_torchscript(&self) -> bool {
+        matches!(self.module, Module::TorchScript(_))
+    }
+
     /// Re-lays every 4-D parameter out channels-last (NHWC strides, NCHW
     /// shape), as `module.to(memory_format=torch.channels_last)` does in
     /// Python; convolutions then pick NHWC kernels and pass the layout on.
     pub fn to_channels_last(&self) -> Result<usize, tch::TchError> {
+        let Module::TorchScript(module) = &self.module else {
+            return Ok(0);
+        };
         let mut converted = 0;
-        for (_, mut parameter) in self.module.named_parameters()? {
+        for (_, mut parameter) in module.named_parameters()? {
             if parameter.dim() == 4 {
                 // Explicit strides, not permute-contiguous-permute: for a
                 // one-channel weight (the stem) `contiguous()` is a no-op
@@ -117,8 +138,7 @@ impl Model {
             }
         }
         // Read the weights back: a silent no-op would be worse than an error.
-        let laid_out = self
-            .module
+        let laid_out = module
             .named_parameters()?
             .iter()
             .filter(|(_, p)| p.dim() == 4 && is_channels_last(p))
@@ -140,7 +160,10 @@ impl Model {
     pub fn launch(&self, batch: &Batch) -> Result<Launched, tch::TchError> {
         let start = self.record_event()?;
         let inputs = self.inputs(batch)?;
-        let logits = self.module.forward_ts(&inputs)?;
+        let logits = match &self.module {
+            Module::TorchScript(module) => module.forward_ts(&inputs)?,
+            Module::Aoti(package) => package.forward(&inputs)?,
+        };
         let n_rows = batch.rows.len() as i64;
         let size = logits.size();
         if size != [n_rows, self.n_labels as i64] {
@@ -224,6 +247,19 @@ impl Model {
             SegmentDtype::F32 => Kind::Float,
         }
     }
+}
+
+fn load_torchscript(path: &Path, device: Device, kind: Kind) -> Result<CModule, WorkerError> {
+    let mut module = CModule::load_on_device(path, device).map_err(|e| WorkerError::ModelLoad {
+        path: path.to_path_buf(),
+        message: first_line(&e.to_string()),
+    })?;
+    module.to(device, kind, false);
+    module.f_set_eval().map_err(|e| WorkerError::ModelLoad {
+        path: path.to_path_buf(),
+        message: first_line(&e.to_string()),
+    })?;
+    Ok(module)
 }
 
 /// The strides of an NCHW-shaped tensor laid out NHWC (channels fastest),
