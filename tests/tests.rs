@@ -6,12 +6,14 @@
 //!   reader accepts; several files; empty files.
 //! * `errors`: each failure is exit code 1 and one line naming its cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
+//! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 
 mod util;
 
+mod aoti;
 mod errors;
 mod gpu;
 mod inputs;

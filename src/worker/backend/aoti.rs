@@ -278,7 +278,7 @@ fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Res
     let inputs =
         probe_inputs(spec, package.device, package.kind).map_err(|e| fail(e.to_string()))?;
     let logits = with_input_checks(|| package.forward(&inputs))
-        .map_err(|e| fail(first_line(&e.to_string())))?;
+        .map_err(|e| fail(first_line(&message_of(e))))?;
     let size = logits.size();
     if size != [PROBE_ROWS, n_labels as i64] {
         return Err(fail(format!(
@@ -566,6 +566,14 @@ fn probe_inputs(
         }
     }
     Ok(inputs)
+}
+
+/// The error's own text, without tch's "Internal torch error: " label.
+fn message_of(error: tch::TchError) -> String {
+    match error {
+        tch::TchError::Torch(message) => message,
+        other => other.to_string(),
+    }
 }
 
 fn c_path(path: &Path) -> Result<CString, String> {
