@@ -6,6 +6,7 @@
 // archive. Every function catches all C++ exceptions: an exception crossing
 // into Rust is undefined behaviour, and a corrupt file or a wrong input
 // count must be an ordinary error with libtorch's message.
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
@@ -117,6 +118,14 @@ int guarded_package_call(char* err, size_t err_len, Body&& body) {
   return kError;
 }
 
+// The current stream of the inputs' accelerator device, as the package's
+// run takes it; null on CPU. Left null on CUDA, the package would take the
+// current stream of the current device, which need not be the inputs'.
+void* current_stream_of(const std::vector<at::Tensor>& inputs) {
+  if (inputs.empty() || inputs[0].device().is_cpu()) return nullptr;
+  return at::accelerator::getCurrentStream(inputs[0].device().index()).native_handle();
+}
+
 }  // namespace
 
 extern "C" {
@@ -191,7 +200,7 @@ int seg_aoti_run(void* handle, void* const* inputs, size_t n_inputs, void** out,
     for (size_t i = 0; i < n_inputs; ++i) {
       args.push_back(*static_cast<const at::Tensor*>(inputs[i]));
     }
-    auto outputs = loader->run(args);
+    auto outputs = loader->run(args, current_stream_of(args));
     if (outputs.size() != 1) {
       throw std::runtime_error("the model returned " + std::to_string(outputs.size()) +
                                " outputs, expected 1 (the logits)");
