@@ -8,6 +8,7 @@
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `tidy`: the architecture's rules, checked on the source text.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 
@@ -19,3 +20,4 @@ mod gpu;
 mod inputs;
 mod recovery;
 mod sample;
+mod tidy;

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Schema};
 use serde::Deserialize;
 
 use super::ReaderError;
-use crate::message::{ExtraSpec, InputSpec, SegmentDtype};
+use crate::message::{ExtraSpec, IdKind, InputSpec, SegmentDtype};
 
 /// Maps Parquet columns to the model's inputs. The model is called as
 /// `forward(segments, segment_counts, *extras)`, extras in the order listed.
@@ -78,22 +78,6 @@ pub enum ExtraKind {
     Float,
     /// One integer per row; the model gets int64 `[R]`.
     Int,
-}
-
-/// The type of the id column, which the output keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdKind {
-    Str,
-    Int,
-}
-
-impl std::fmt::Display for IdKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            IdKind::Str => "a string",
-            IdKind::Int => "an integer",
-        })
-    }
 }
 
 impl ColumnMapping {

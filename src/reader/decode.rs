@@ -13,7 +13,9 @@ use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
 use super::columns::{ColumnMapping, ExtraKind, SegmentsColumn};
-use crate::message::{ExtraValue, Origin, Reject, Row, RowChunk, RowId, RowMeta, SegmentDtype};
+use crate::message::{
+    ExtraValue, IdKind, Origin, Reject, RejectKind, Row, RowChunk, RowId, RowMeta, SegmentDtype,
+};
 
 /// Decodes `batch`, whose first row is row `first_row` of file `file_idx`.
 pub fn decode_batch(
@@ -64,10 +66,10 @@ fn decode_row(
     let id = ids.get(i).ok_or_else(|| Reject {
         id: None,
         origin,
-        kind: "null_id",
+        kind: RejectKind::NullId,
         reason: "the id is null".into(),
     })?;
-    let reject = |kind: &'static str, reason: String| Reject {
+    let reject = |kind: RejectKind, reason: String| Reject {
         id: Some(id.clone()),
         origin,
         kind,
@@ -87,7 +89,7 @@ fn decode_row(
     })
 }
 
-type RowError = (&'static str, String);
+type RowError = (RejectKind, String);
 
 /// The id column, cast once per batch to Utf8 or Int64.
 enum IdColumn {
@@ -97,7 +99,7 @@ enum IdColumn {
 
 impl IdColumn {
     fn new(array: &ArrayRef) -> Result<Self, String> {
-        let is_str = super::columns::id_kind_of(array.data_type()) == Some(super::IdKind::Str);
+        let is_str = super::columns::id_kind_of(array.data_type()) == Some(IdKind::Str);
         let target = if is_str {
             DataType::Utf8
         } else {
@@ -199,12 +201,12 @@ impl<'a> SegmentsReader<'a> {
 
     /// The row's segment count and its segments' bytes, concatenated.
     fn row(&self, i: usize) -> Result<(usize, Vec<u8>), RowError> {
-        let range = self
-            .lists
-            .range(i)
-            .ok_or(("null_segments", "the segments list is null".to_string()))?;
+        let range = self.lists.range(i).ok_or((
+            RejectKind::NullSegments,
+            "the segments list is null".to_string(),
+        ))?;
         if range.is_empty() {
-            return Err(("no_segments", "the row has no segments".into()));
+            return Err((RejectKind::NoSegments, "the row has no segments".into()));
         }
         let n_segments = range.len();
         let mut bytes = Vec::with_capacity(n_segments * self.segment_bytes);
@@ -219,19 +221,19 @@ impl<'a> SegmentsReader<'a> {
         match &self.items {
             SegmentItems::FixedBinary(a) => {
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 out.extend_from_slice(a.value(j));
             }
             SegmentItems::Binary(a) => {
                 let a = a.as_binary::<i64>();
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 let value = a.value(j);
                 if value.len() != self.segment_bytes {
                     return Err((
-                        "bad_segment_size",
+                        RejectKind::BadSegmentSize,
                         format!("has {} bytes, expected {}", value.len(), self.segment_bytes),
                     ));
                 }
@@ -239,7 +241,7 @@ impl<'a> SegmentsReader<'a> {
             }
             SegmentItems::FixedList(a, dtype) => {
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 let start = a.value_offset_at(j);
                 append_numbers(a.values(), start..start + self.elements, *dtype, out)?;
@@ -256,7 +258,7 @@ fn append_numbers(
     out: &mut Vec<u8>,
 ) -> Result<(), RowError> {
     if values.null_count() > 0 && range.clone().any(|k| values.is_null(k)) {
-        return Err(("null_segment", "holds a null value".into()));
+        return Err((RejectKind::NullSegment, "holds a null value".into()));
     }
     match dtype {
         SegmentDtype::U8 => {
@@ -344,10 +346,10 @@ impl<'a> ExtraReader<'a> {
                     (None, Some(l)) => l.range(i),
                     _ => None,
                 }
-                .ok_or(("null_input", format!("`{name}` is null")))?;
+                .ok_or((RejectKind::NullInput, format!("`{name}` is null")))?;
                 if range.len() != self.width {
                     return Err((
-                        "bad_input_width",
+                        RejectKind::BadInputWidth,
                         format!(
                             "`{name}` has {} values, expected {}",
                             range.len(),
@@ -378,7 +380,10 @@ impl<'a> ExtraReader<'a> {
 
     fn no_nulls(&self, range: Range<usize>) -> Result<(), RowError> {
         if self.values.null_count() > 0 && range.clone().any(|k| self.values.is_null(k)) {
-            return Err(("null_input", format!("`{}` holds a null value", self.name)));
+            return Err((
+                RejectKind::NullInput,
+                format!("`{}` holds a null value", self.name),
+            ));
         }
         Ok(())
     }

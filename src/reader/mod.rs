@@ -11,17 +11,17 @@ mod decode;
 mod discover;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use serde::Deserialize;
 
-pub use columns::{ColumnMapping, IdKind};
+pub use columns::ColumnMapping;
 
-use crate::message::{RowChunk, Sources};
+use crate::message::{IdKind, ReaderStats, RowChunk, Sources};
 
 /// `[readers]`: where the input is and how to decode it.
 #[derive(Debug, Clone, Deserialize)]
@@ -103,7 +103,8 @@ pub struct ReadPlan {
     pub sources: Sources,
     pub id_kind: IdKind,
     pub total_rows: u64,
-    units: Vec<Unit>,
+    /// Frozen once planned: readers index into it, never add to it.
+    units: Box<[Unit]>,
 }
 
 impl ReadPlan {
@@ -190,7 +191,7 @@ impl ReaderConfig {
             sources: Arc::new(files),
             id_kind,
             total_rows,
-            units,
+            units: units.into_boxed_slice(),
         })
     }
 }
@@ -208,26 +209,28 @@ fn open_builder(
     })
 }
 
-/// The queue of row groups the reader threads share.
-pub fn unit_queue(plan: &ReadPlan) -> Receiver<UnitHandle> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for unit in &plan.units {
-        // The receiver is alive right here, so this send cannot fail.
-        let _ = tx.send(UnitHandle(*unit));
-    }
-    rx
+/// The row groups the reader threads share: an index into the plan's frozen
+/// unit list, so the queue is bounded by construction and every unit is
+/// taken exactly once, in plan order.
+#[derive(Debug)]
+pub struct UnitQueue<'a> {
+    units: &'a [Unit],
+    next: AtomicUsize,
 }
 
-/// An opaque unit of work taken from [`unit_queue`].
-#[derive(Debug)]
-pub struct UnitHandle(Unit);
+impl<'a> UnitQueue<'a> {
+    pub fn new(plan: &'a ReadPlan) -> Self {
+        Self {
+            units: &plan.units,
+            next: AtomicUsize::new(0),
+        }
+    }
 
-/// Counts a reader thread reports when it ends.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ReaderStats {
-    pub rows: u64,
-    pub rejects: u64,
-    pub busy: std::time::Duration,
+    /// The next unit not yet taken by any thread; `None` when all are.
+    fn take(&self) -> Option<Unit> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        self.units.get(index).copied()
+    }
 }
 
 /// One reader thread: takes units until the queue is empty, the run is
@@ -236,13 +239,13 @@ pub fn run_reader(
     config: &ReaderConfig,
     plan: &ReadPlan,
     decode_pool: &rayon::ThreadPool,
-    units: Receiver<UnitHandle>,
+    units: &UnitQueue,
     out: Sender<RowChunk>,
     cancel: &AtomicBool,
 ) -> Result<ReaderStats, ReaderError> {
     crate::cpu::lower_this_thread();
     let mut stats = ReaderStats::default();
-    while let Ok(UnitHandle(unit)) = units.recv() {
+    while let Some(unit) = units.take() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }

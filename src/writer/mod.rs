@@ -11,15 +11,14 @@ mod rejects;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 use serde::Deserialize;
 
 pub use rejects::write_rejects;
 
-use crate::message::{Reject, Sources, WriterMsg};
-use crate::reader::IdKind;
+use crate::message::{IdKind, Sources, WriterMsg, WriterReport};
 use parts::PartWriter;
 
 /// `[writers]`: where predictions go.
@@ -85,15 +84,6 @@ pub struct OutputSchema {
     pub sources: Sources,
     /// Rows written so far by all writers, read by the progress display.
     pub rows_written: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// Counts a writer thread reports when it ends, and the rejects it was sent.
-#[derive(Debug, Default)]
-pub struct WriterReport {
-    pub rows: u64,
-    pub files: Vec<PathBuf>,
-    pub rejects: Vec<Reject>,
-    pub busy: Duration,
 }
 
 /// Names this program gives its output, and so may replace with `overwrite`.

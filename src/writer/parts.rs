@@ -14,8 +14,7 @@ use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::{Compression, OutputSchema, WriterError};
-use crate::message::{Predictions, RowId};
-use crate::reader::IdKind;
+use crate::message::{IdKind, Predictions, RowId};
 
 pub struct PartWriter {
     temp: PathBuf,

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
@@ -25,20 +25,36 @@ pub fn write_rejects(
         path: path.clone(),
         message,
     };
-    let schema = Arc::new(Schema::new(vec![
+    let schema = rejects_schema();
+    let columns = reject_columns(rejects, sources);
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| error(e.to_string()))?;
+    let file = std::fs::File::create(&temp).map_err(|e| error(e.to_string()))?;
+    let props = super::parts::properties(Compression::Zstd);
+    let mut writer =
+        ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| error(e.to_string()))?;
+    writer.write(&batch).map_err(|e| error(e.to_string()))?;
+    writer.close().map_err(|e| error(e.to_string()))?;
+    std::fs::rename(&temp, &path).map_err(|e| error(e.to_string()))
+}
+
+fn rejects_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, true),
         Field::new("source_file", DataType::Utf8, false),
         Field::new("source_row", DataType::Int64, false),
         Field::new("kind", DataType::Utf8, false),
         Field::new("reason", DataType::Utf8, false),
-    ]));
+    ]))
+}
+
+fn reject_columns(rejects: &[Reject], sources: &Sources) -> Vec<ArrayRef> {
     let source_name = |r: &Reject| {
         sources
             .get(r.origin.file_idx as usize)
             .map(|p| p.display().to_string())
             .unwrap_or_default()
     };
-    let columns: Vec<ArrayRef> = vec![
+    vec![
         Arc::new(
             rejects
                 .iter()
@@ -60,7 +76,7 @@ pub fn write_rejects(
         Arc::new(
             rejects
                 .iter()
-                .map(|r| Some(r.kind))
+                .map(|r| Some(r.kind.as_str()))
                 .collect::<StringArray>(),
         ),
         Arc::new(
@@ -69,13 +85,5 @@ pub fn write_rejects(
                 .map(|r| Some(r.reason.as_str()))
                 .collect::<StringArray>(),
         ),
-    ];
-    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| error(e.to_string()))?;
-    let file = std::fs::File::create(&temp).map_err(|e| error(e.to_string()))?;
-    let props = super::parts::properties(Compression::Zstd);
-    let mut writer =
-        ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| error(e.to_string()))?;
-    writer.write(&batch).map_err(|e| error(e.to_string()))?;
-    writer.close().map_err(|e| error(e.to_string()))?;
-    std::fs::rename(&temp, &path).map_err(|e| error(e.to_string()))
+    ]
 }
