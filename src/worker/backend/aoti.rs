@@ -613,6 +613,32 @@ mod tests {
         Some(list.split_whitespace().map(str::to_string).collect())
     }
 
+    fn repo_file(relative: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+    }
+
+    #[test]
+    fn the_format_is_told_by_content() {
+        let torchscript = archive_kind(&repo_file("models/digits-small.pt")).unwrap();
+        assert_eq!(torchscript, ArchiveKind::TorchScript);
+        let package = archive_kind(&repo_file("models/digits-small.pt2")).unwrap();
+        assert_eq!(package, ArchiveKind::Aoti);
+        let parquet = repo_file("sample_data/digits.parquet");
+        let err = archive_kind(&parquet).unwrap_err().to_string();
+        assert!(
+            err.contains("digits.parquet") && err.contains("neither"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_packages_metadata_is_read_without_loading_it() {
+        let metadata = read_metadata(&repo_file("models/digits-small.pt2")).unwrap();
+        assert_eq!(metadata.device_key(), Some("cpu"));
+        assert_eq!(metadata.dtype(), Some("f32"));
+        assert!(metadata.get("AOTI_CPU_ISA").is_some());
+    }
+
     #[test]
     fn metadata_lines_parse_to_keys_and_values() {
         let m = PackageMetadata::parse(
