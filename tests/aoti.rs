@@ -213,3 +213,43 @@ fn torchscript_only_settings_are_refused_for_a_package() {
     let line = refused(dir.path(), &package(), |_| {}, BF16);
     assert!(line.contains("the package takes f32"), "{line}");
 }
+
+/// Every dynamic size at its smallest: the out-of-memory recovery (an
+/// injected fault) splits batches down to lone rows, which the package must
+/// run like any batch. (AOTInductor's own input checks would refuse one row:
+/// segpredict turns them on only for the start-up check.)
+#[test]
+fn package_runs_batches_of_one_row() {
+    const LIMIT: usize = 100;
+    let dir = tmp();
+    let input_path = sample_subset(dir.path(), "subset.parquet", 40);
+    let input = read_input(&input_path);
+    let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    pipeline.model = package();
+    pipeline
+        .model_extra
+        .push(format!("fault_oom_above_segments = {LIMIT}"));
+    let run = pipeline.run(&[]);
+    let out = &run.out_dir;
+    let output = read_output(out);
+    let rejects = match out.join("_rejects.parquet").is_file() {
+        true => read_rejects(out),
+        false => Vec::new(),
+    };
+    run.expect_code(if rejects.is_empty() { 0 } else { 3 });
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    for reject in &rejects {
+        let row = &input[reject.source_row as usize];
+        assert_eq!(reject.kind, "oom_single_row", "{reject:?}");
+        assert!(row.n_segments.unwrap() > LIMIT, "{reject:?}");
+    }
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    let one_row_batches = report["batch_records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["rows"] == 1)
+        .count();
+    assert!(one_row_batches > 0, "no batch of one row ran: {report}");
+}
