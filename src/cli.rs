@@ -140,7 +140,7 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
         eprintln!(
             "segpredict: {} row(s) rejected; see {}",
             report.rows_rejected,
-            config.writers.dir.join("_rejects.parquet").display()
+            config.writers.layout().rejects().display()
         );
         EXIT_REJECTS
     } else {

@@ -34,8 +34,38 @@ pub struct Origin {
     pub row_idx: u64,
 }
 
+/// One input file as the readers found and planned it: where it is and what
+/// it was when the run planned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    pub path: std::path::PathBuf,
+    pub size_bytes: u64,
+    /// Last modification, where the file system keeps it.
+    pub modified: Option<std::time::SystemTime>,
+    /// Rows in the file, from its Parquet footer.
+    pub rows: u64,
+    pub row_groups: usize,
+}
+
+impl InputFile {
+    /// The same for the same file, unchanged, in every run: its path, size
+    /// and modification time (nanoseconds since the epoch, 0 if unknown).
+    pub fn identity(&self) -> String {
+        let modified_ns = self
+            .modified
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!(
+            "{}|{}|{}",
+            self.path.display(),
+            self.size_bytes,
+            modified_ns
+        )
+    }
+}
+
 /// The input files of a run, indexed by [`Origin::file_idx`].
-pub type Sources = Arc<Vec<std::path::PathBuf>>;
+pub type Sources = Arc<Vec<InputFile>>;
 
 /// A row's id as read from the id column; the output keeps its type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -131,13 +131,11 @@ fn finish_run(
             plan.total_rows, report.rows_out, report.rows_rejected
         );
     }
-    let dir = &config.writers.dir;
+    let layout = &config.writers.layout();
     let mut rejects: Vec<_> = stages.writers.into_iter().flat_map(|w| w.rejects).collect();
-    writer::write_rejects(dir, &mut rejects, &plan.sources)?;
-    report
-        .write_json(dir)
-        .with_context(|| format!("writing {}", dir.join("_report.json").display()))?;
-    report.write_svg(dir)?;
-    writer::write_success(dir)?;
+    writer::write_rejects(layout, &mut rejects, &plan.sources)?;
+    writer::write_whole(layout, &layout.report_json(), report.to_json()?.as_bytes())?;
+    writer::write_whole(layout, &layout.report_svg(), report.to_svg()?.as_bytes())?;
+    writer::write_success(layout)?;
     Ok(report)
 }

@@ -17,25 +17,54 @@ use crate::message::{
     ExtraValue, IdKind, Origin, Reject, RejectKind, Row, RowChunk, RowId, RowMeta, SegmentDtype,
 };
 
+/// Why a whole record batch could not be decoded (a bad value only rejects
+/// its row).
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Parquet(parquet::errors::ParquetError),
+    #[error(transparent)]
+    Arrow(arrow::error::ArrowError),
+    #[error("column `{0}` missing from the decoded batch")]
+    MissingColumn(String),
+    #[error("column `{column}`")]
+    Cast {
+        column: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("column `{column}`: expected a list column, found {found}")]
+    NotAList { column: String, found: DataType },
+    #[error("column `{column}`: unsupported segment item type {found}")]
+    SegmentItems { column: String, found: DataType },
+}
+
+fn cast_error(column: &str) -> impl Fn(arrow::error::ArrowError) -> DecodeError + '_ {
+    move |source| DecodeError::Cast {
+        column: column.to_string(),
+        source,
+    }
+}
+
 /// Decodes `batch`, whose first row is row `first_row` of file `file_idx`.
 pub fn decode_batch(
     batch: &RecordBatch,
     columns: &ColumnMapping,
     file_idx: u32,
     first_row: u64,
-) -> Result<RowChunk, String> {
+) -> Result<RowChunk, DecodeError> {
     let column = |name: &str| {
         batch
             .column_by_name(name)
-            .ok_or_else(|| format!("column `{name}` missing from the decoded batch"))
+            .ok_or_else(|| DecodeError::MissingColumn(name.to_string()))
     };
-    let ids = IdColumn::new(column(&columns.id)?)?;
+    let ids = IdColumn::new(column(&columns.id)?, &columns.id)?;
     let segments = SegmentsReader::new(column(&columns.segments.name)?, &columns.segments)?;
     let extras = columns
         .extras
         .iter()
         .map(|e| ExtraReader::new(column(&e.name)?, e.kind, e.width.unwrap_or(0), &e.name))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     let results: Vec<Result<Row, Reject>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
@@ -98,14 +127,14 @@ enum IdColumn {
 }
 
 impl IdColumn {
-    fn new(array: &ArrayRef) -> Result<Self, String> {
+    fn new(array: &ArrayRef, name: &str) -> Result<Self, DecodeError> {
         let is_str = super::columns::id_kind_of(array.data_type()) == Some(IdKind::Str);
         let target = if is_str {
             DataType::Utf8
         } else {
             DataType::Int64
         };
-        let cast = cast(array, &target).map_err(|e| format!("id column: {e}"))?;
+        let cast = cast(array, &target).map_err(cast_error(name))?;
         Ok(if is_str {
             IdColumn::Str(cast.as_string::<i32>().clone())
         } else {
@@ -128,11 +157,14 @@ enum Lists<'a> {
 }
 
 impl<'a> Lists<'a> {
-    fn new(array: &'a ArrayRef) -> Result<Self, String> {
+    fn new(array: &'a ArrayRef, name: &str) -> Result<Self, DecodeError> {
         match array.data_type() {
             DataType::List(_) => Ok(Lists::Small(array.as_list::<i32>())),
             DataType::LargeList(_) => Ok(Lists::Large(array.as_list::<i64>())),
-            other => Err(format!("expected a list column, found {other}")),
+            other => Err(DecodeError::NotAList {
+                column: name.to_string(),
+                found: other.clone(),
+            }),
         }
     }
 
@@ -174,8 +206,8 @@ enum SegmentItems<'a> {
 }
 
 impl<'a> SegmentsReader<'a> {
-    fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, String> {
-        let lists = Lists::new(array)?;
+    fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, DecodeError> {
+        let lists = Lists::new(array, &column.name)?;
         let values = lists.values();
         let items = match values.data_type() {
             DataType::FixedSizeBinary(_) => {
@@ -183,13 +215,18 @@ impl<'a> SegmentsReader<'a> {
             }
             // Binary and view layouts are cast once per batch to one layout.
             DataType::Binary | DataType::BinaryView => SegmentItems::Binary(
-                cast(values, &DataType::LargeBinary).map_err(|e| e.to_string())?,
+                cast(values, &DataType::LargeBinary).map_err(cast_error(&column.name))?,
             ),
             DataType::LargeBinary => SegmentItems::Binary(values.clone()),
             DataType::FixedSizeList(_, _) => {
                 SegmentItems::FixedList(values.as_fixed_size_list(), column.dtype)
             }
-            other => return Err(format!("segments: unsupported item type {other}")),
+            other => {
+                return Err(DecodeError::SegmentItems {
+                    column: column.name.clone(),
+                    found: other.clone(),
+                })
+            }
         };
         Ok(Self {
             lists,
@@ -294,11 +331,11 @@ impl<'a> ExtraReader<'a> {
         kind: ExtraKind,
         width: usize,
         name: &'a str,
-    ) -> Result<Self, String> {
-        let err = |e: arrow::error::ArrowError| format!("column `{name}`: {e}");
+    ) -> Result<Self, DecodeError> {
+        let err = cast_error(name);
         let (lists, fixed, values) = match kind {
             ExtraKind::Ragged => {
-                let lists = Lists::new(array)?;
+                let lists = Lists::new(array, name)?;
                 let values = cast(lists.values(), &DataType::Int64).map_err(err)?;
                 (Some(lists), None, values)
             }
@@ -309,7 +346,7 @@ impl<'a> ExtraReader<'a> {
                     (None, Some(fixed), values)
                 }
                 _ => {
-                    let lists = Lists::new(array)?;
+                    let lists = Lists::new(array, name)?;
                     let values = cast(lists.values(), &DataType::Float64).map_err(err)?;
                     (Some(lists), None, values)
                 }

@@ -10,7 +10,6 @@ mod calibration;
 mod memory;
 mod plot;
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -254,16 +253,13 @@ impl RunReport {
         }
     }
 
-    pub fn write_json(&self, dir: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let temp = dir.join("._report.json.inprogress");
-        std::fs::write(&temp, text)?;
-        std::fs::rename(temp, dir.join("_report.json"))
+    /// `_report.json`'s text.
+    pub fn to_json(&self) -> Result<String, ReportError> {
+        serde_json::to_string_pretty(self).map_err(ReportError::Json)
     }
 
-    /// Writes `_report.svg`: memory and segments per batch.
-    pub fn write_svg(&self, dir: &Path) -> Result<(), ReportError> {
-        let temp = dir.join("._report.svg.inprogress");
+    /// `_report.svg`'s text: memory and segments per batch.
+    pub fn to_svg(&self) -> Result<String, ReportError> {
         let strategy = match self.strategy {
             BatchingStrategy::SegmentBudget => "SegmentBudget",
             BatchingStrategy::Rows => "Rows",
@@ -272,14 +268,7 @@ impl RunReport {
             "segpredict: {} rows, {} batches on {} ({}), strategy {strategy}",
             self.rows_in, self.batches, self.device, self.model_dtype
         );
-        plot::write_svg(&temp, &title, &self.batch_records).map_err(|source| {
-            ReportError::Plot {
-                path: temp.clone(),
-                source,
-            }
-        })?;
-        let path = dir.join("_report.svg");
-        std::fs::rename(temp, &path).map_err(|source| ReportError::Write { path, source })
+        plot::svg(&title, &self.batch_records).map_err(ReportError::Plot)
     }
 
     /// A few lines for the terminal.
@@ -355,16 +344,8 @@ impl RunReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("writing {path}")]
-    Write {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("drawing {path}")]
-    Plot {
-        path: std::path::PathBuf,
-        #[source]
-        source: plot::PlotError,
-    },
+    #[error("serialising the run report")]
+    Json(#[source] serde_json::Error),
+    #[error("drawing the run report's plot")]
+    Plot(#[source] plot::PlotError),
 }

@@ -1,8 +1,6 @@
 //! `_report.svg`: device memory and segments per batch over the run, the
 //! picture the seed's author drew by hand with print statements.
 
-use std::path::Path;
-
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -18,10 +16,17 @@ pub type PlotError = DrawingAreaErrorKind<std::io::Error>;
 type Series = (&'static str, RGBColor, Vec<(usize, f64)>);
 
 /// Draws the memory panel (CUDA runs only) above the segments panel.
-pub fn write_svg(path: &Path, title: &str, records: &[BatchReport]) -> Result<(), PlotError> {
+pub fn svg(title: &str, records: &[BatchReport]) -> Result<String, PlotError> {
+    let mut text = String::new();
+    draw(&mut text, title, records)?;
+    Ok(text)
+}
+
+fn draw(text: &mut String, title: &str, records: &[BatchReport]) -> Result<(), PlotError> {
     let has_memory = records.iter().any(|r| r.memory.is_some());
     let panels = if has_memory { 2 } else { 1 };
-    let root = SVGBackend::new(path, (WIDTH, PANEL_HEIGHT * panels + 40)).into_drawing_area();
+    let root =
+        SVGBackend::with_string(text, (WIDTH, PANEL_HEIGHT * panels + 40)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 22))?;
     let areas = root.split_evenly((panels as usize, 1));

@@ -1,6 +1,5 @@
 //! `_rejects.parquet`: every row that did not reach the output, and why.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, StringArray};
@@ -8,33 +7,40 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
-use super::{Compression, WriterError};
+use super::{Compression, OutputLayout, WriterError};
 use crate::message::{Reject, Sources};
 
 /// Writes all rejects (possibly none: the file's presence says the run
 /// checked) sorted by file and row, under a temporary name first.
 pub fn write_rejects(
-    dir: &Path,
+    layout: &OutputLayout,
     rejects: &mut [Reject],
     sources: &Sources,
 ) -> Result<(), WriterError> {
     rejects.sort_by_key(|r| (r.origin.file_idx, r.origin.row_idx));
-    let path = dir.join("_rejects.parquet");
-    let temp = dir.join("._rejects.parquet.inprogress");
-    let error = |message: String| WriterError::Write {
-        path: path.clone(),
-        message,
-    };
+    let path = layout.rejects();
+    let temp = layout.in_progress(&path);
     let schema = rejects_schema();
     let columns = reject_columns(rejects, sources);
-    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| error(e.to_string()))?;
-    let file = std::fs::File::create(&temp).map_err(|e| error(e.to_string()))?;
+    let arrow_error = |source| WriterError::Arrow {
+        path: path.clone(),
+        source,
+    };
+    let parquet_error = |source| WriterError::Parquet {
+        path: path.clone(),
+        source,
+    };
+    let io_error = |source| WriterError::Io {
+        path: path.clone(),
+        source,
+    };
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(arrow_error)?;
+    let file = std::fs::File::create(&temp).map_err(io_error)?;
     let props = super::parts::properties(Compression::Zstd);
-    let mut writer =
-        ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| error(e.to_string()))?;
-    writer.write(&batch).map_err(|e| error(e.to_string()))?;
-    writer.close().map_err(|e| error(e.to_string()))?;
-    std::fs::rename(&temp, &path).map_err(|e| error(e.to_string()))
+    let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(parquet_error)?;
+    writer.write(&batch).map_err(parquet_error)?;
+    writer.close().map_err(parquet_error)?;
+    std::fs::rename(&temp, &path).map_err(io_error)
 }
 
 fn rejects_schema() -> SchemaRef {
@@ -51,7 +57,7 @@ fn reject_columns(rejects: &[Reject], sources: &Sources) -> Vec<ArrayRef> {
     let source_name = |r: &Reject| {
         sources
             .get(r.origin.file_idx as usize)
-            .map(|p| p.display().to_string())
+            .map(|f| f.path.display().to_string())
             .unwrap_or_default()
     };
     vec![
