@@ -365,7 +365,10 @@ fn check_machine(path: &Path, metadata: &PackageMetadata) -> Result<(), AotiErro
 /// that built it (`AOTI_CPU_ISA`, e.g. `AVX512 AVX512_VNNI`); run elsewhere
 /// its first vector instruction would kill the process (SIGILL). Each ISA
 /// name maps to the compiler flags torch uses for it (torch/_inductor/
-/// cpu_vec_isa.py), checked against /proc/cpuinfo.
+/// cpu_vec_isa.py), checked against /proc/cpuinfo. The names do not list
+/// every flag torch may add (`-mavx512bf16` where the builder has it), so
+/// this catches the common mismatch (an AVX-512 package on an AVX2 host),
+/// not every one.
 fn check_cpu_isa(
     path: &Path,
     metadata: &PackageMetadata,
