@@ -29,9 +29,13 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# The test suite (CPU only; GPU tests skip without a GPU).
+# The test suite (CPU only; the GPU tests are listed as ignored).
 test: setup
     cargo test --release
+
+# The GPU tests, on a CUDA machine (they fail without one).
+test-gpu: setup
+    cargo test --release --test integration gpu -- --ignored
 
 # Formatting and clippy, warnings as errors.
 lint: setup

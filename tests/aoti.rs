@@ -253,3 +253,31 @@ fn package_runs_batches_of_one_row() {
         .count();
     assert!(one_row_batches > 0, "no batch of one row ran: {report}");
 }
+
+/// `format` set in the pipeline must agree with the file; `auto` (the
+/// default, used by every other test here) tells them apart.
+#[test]
+fn format_contradicting_the_file_is_one_line_naming_both() {
+    let dir = tmp();
+    let line = refused(
+        dir.path(),
+        &model(),
+        |p| p.model_extra.push("format = \"aoti\"".into()),
+        &[],
+    );
+    assert!(
+        line.contains("`format = \"aoti\"` but the file is a TorchScript module"),
+        "{line}"
+    );
+    let dir = tmp();
+    let line = refused(
+        dir.path(),
+        &package(),
+        |p| p.model_extra.push("format = \"torchscript\"".into()),
+        &[],
+    );
+    assert!(
+        line.contains("`format = \"torchscript\"` but the file is an AOTInductor package"),
+        "{line}"
+    );
+}

@@ -15,6 +15,7 @@ use std::ptr::NonNull;
 
 use tch::{Device, Kind, Tensor};
 
+use super::{ModelBackend, ModelFormat};
 use crate::message::{ExtraSpec, InputSpec};
 use crate::worker::ModelDtype;
 
@@ -64,12 +65,54 @@ pub enum ArchiveKind {
     Aoti,
 }
 
+/// What libtorch, or the package's own compiled code, said when a call
+/// into the package failed (first line; see `csrc/aoti_package.cpp`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PackageError(String);
+
+/// Why the start-up forward pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("building the inputs")]
+    Tensor(#[from] tch::TchError),
+    #[error(transparent)]
+    Run(#[from] PackageError),
+    #[error("on {rows} rows it returned shape {size:?}, expected [{rows}, {n_labels}] ({n_labels} labels)")]
+    Shape {
+        rows: i64,
+        size: Vec<i64>,
+        n_labels: usize,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AotiError {
-    #[error("model {path} is neither a TorchScript module nor an AOTInductor package: {reason}")]
-    NotAModel { path: PathBuf, reason: String },
-    #[error("model {path}: cannot read the AOTInductor package's metadata: {message}")]
-    Metadata { path: PathBuf, message: String },
+    #[error("model {path} is neither a TorchScript module nor an AOTInductor package")]
+    NotAModel {
+        path: PathBuf,
+        #[source]
+        source: PackageError,
+    },
+    #[error(
+        "model {path} is neither a TorchScript module nor an AOTInductor package: a PyTorch \
+         archive with neither TorchScript code nor `archive_format` = pt2"
+    )]
+    OtherArchive { path: PathBuf },
+    #[error("model {path}: `format = \"{set}\"` but the file is {found} (leave `format` out to tell by content)")]
+    FormatContradicted {
+        path: PathBuf,
+        set: &'static str,
+        found: &'static str,
+    },
+    #[error("model path {path} holds a NUL byte")]
+    NulInPath { path: PathBuf },
+    #[error("model {path}: cannot read the AOTInductor package's metadata")]
+    Metadata {
+        path: PathBuf,
+        #[source]
+        source: PackageError,
+    },
     #[error(
         "model {path} is an AOTInductor package compiled for {package}, but the run is on {run} \
          (a package runs only on the device type it was compiled for{hint})"
@@ -101,10 +144,18 @@ pub enum AotiError {
     },
     #[error("model {path}: {setting} (an AOTInductor package fixes this when it is compiled)")]
     Setting { path: PathBuf, setting: String },
-    #[error("cannot load AOTInductor package {path}: {message}")]
-    Load { path: PathBuf, message: String },
-    #[error("model {path} does not take this pipeline's inputs: {message}")]
-    Inputs { path: PathBuf, message: String },
+    #[error("cannot load AOTInductor package {path}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: PackageError,
+    },
+    #[error("model {path} does not take this pipeline's inputs")]
+    Inputs {
+        path: PathBuf,
+        #[source]
+        source: ProbeError,
+    },
 }
 
 /// What the package says about itself (`AOTI_DEVICE_KEY`, `AOTI_CPU_ISA`,
@@ -147,8 +198,8 @@ impl PackageMetadata {
 pub struct AotiSettings {
     /// `channels_last` when set in the pipeline.
     pub channels_last: Option<bool>,
-    /// `dtype` when set in the pipeline.
-    pub dtype: Option<ModelDtype>,
+    /// `dtype` (f32 unless set), which must be the package's.
+    pub dtype: ModelDtype,
     /// `jit_profiling` (TorchScript's executor); `false` is refused.
     pub jit_profiling: bool,
 }
@@ -203,14 +254,9 @@ impl AotiPackage {
         Ok(package(load_package(path, device)?))
     }
 
-    /// The dtype of the segments and float inputs the package takes.
-    pub fn kind(&self) -> Kind {
-        self.kind
-    }
-
     /// `(segments, segment_counts, *extras)`, on the package's device, in
     /// calling order -> logits.
-    pub fn forward(&self, inputs: &[Tensor]) -> Result<Tensor, tch::TchError> {
+    fn run(&self, inputs: &[Tensor]) -> Result<Tensor, PackageError> {
         let pointers: Vec<*mut c_void> = inputs.iter().map(|t| t.as_ptr() as *mut c_void).collect();
         let mut out = std::ptr::null_mut();
         let mut err = [0 as c_char; ERR_LEN];
@@ -228,10 +274,28 @@ impl AotiPackage {
             )
         };
         if code != 0 {
-            return Err(tch::TchError::Torch(error_text(&err)));
+            return Err(error_text(&err));
         }
         // SAFETY: `out` is a new `at::Tensor*` owned by no one else.
         Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    }
+}
+
+impl ModelBackend for AotiPackage {
+    /// The package's reason for a failure comes back as libtorch's would,
+    /// so an out-of-memory inside the package is classified (and recovered
+    /// from) like any other.
+    fn forward(&self, inputs: &[Tensor]) -> Result<Tensor, tch::TchError> {
+        self.run(inputs)
+            .map_err(|PackageError(reason)| tch::TchError::Torch(reason))
+    }
+
+    fn format(&self) -> ModelFormat {
+        ModelFormat::Aoti
+    }
+
+    fn input_kind(&self) -> Option<Kind> {
+        Some(self.kind)
     }
 }
 
@@ -245,11 +309,7 @@ impl Drop for AotiPackage {
 /// The model file's format by its records; an error names what is wrong
 /// with a file that is neither (not a zip, truncated, another archive).
 pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
-    let not_a_model = |reason: String| AotiError::NotAModel {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let c_path = c_path(path).map_err(not_a_model)?;
+    let c_path = c_path(path)?;
     let mut kind: c_int = 0;
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `c_path`, `kind` and `err` outlive the call.
@@ -257,10 +317,13 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
     match (code, kind) {
         (0, 1) => Ok(ArchiveKind::TorchScript),
         (0, 2) => Ok(ArchiveKind::Aoti),
-        (0, _) => Err(not_a_model(
-            "a PyTorch archive with neither TorchScript code nor `archive_format` = pt2".into(),
-        )),
-        _ => Err(not_a_model(error_text(&err))),
+        (0, _) => Err(AotiError::OtherArchive {
+            path: path.to_path_buf(),
+        }),
+        _ => Err(AotiError::NotAModel {
+            path: path.to_path_buf(),
+            source: error_text(&err),
+        }),
     }
 }
 
@@ -270,31 +333,28 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
 /// than `[rows, n_labels]` logits, fails here, at start-up, with the
 /// package's own reason.
 fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Result<(), AotiError> {
-    let fail = |message: String| AotiError::Inputs {
-        path: package.path.clone(),
-        message,
+    let probe = || -> Result<(), ProbeError> {
+        let _no_grad = tch::no_grad_guard();
+        let inputs = probe_inputs(spec, package.device, package.kind)?;
+        let logits = with_input_checks(|| package.run(&inputs))?;
+        let size = logits.size();
+        if size != [PROBE_ROWS, n_labels as i64] {
+            return Err(ProbeError::Shape {
+                rows: PROBE_ROWS,
+                size,
+                n_labels,
+            });
+        }
+        Ok(())
     };
-    let _no_grad = tch::no_grad_guard();
-    let inputs =
-        probe_inputs(spec, package.device, package.kind).map_err(|e| fail(e.to_string()))?;
-    let logits = with_input_checks(|| package.forward(&inputs))
-        .map_err(|e| fail(first_line(&message_of(e))))?;
-    let size = logits.size();
-    if size != [PROBE_ROWS, n_labels as i64] {
-        return Err(fail(format!(
-            "on {PROBE_ROWS} rows it returned shape {size:?}, expected [{PROBE_ROWS}, {n_labels}] \
-             ({n_labels} labels)"
-        )));
-    }
-    Ok(())
+    probe().map_err(|source| AotiError::Inputs {
+        path: package.path.clone(),
+        source,
+    })
 }
 
 fn read_metadata(path: &Path) -> Result<PackageMetadata, AotiError> {
-    let fail = |message: String| AotiError::Metadata {
-        path: path.to_path_buf(),
-        message,
-    };
-    let c_path = c_path(path).map_err(fail)?;
+    let c_path = c_path(path)?;
     let mut lines = vec![0 as c_char; METADATA_LEN];
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: the buffers outlive the call; the shim writes within their
@@ -309,7 +369,10 @@ fn read_metadata(path: &Path) -> Result<PackageMetadata, AotiError> {
         )
     };
     if code != 0 {
-        return Err(fail(error_text(&err)));
+        return Err(AotiError::Metadata {
+            path: path.to_path_buf(),
+            source: error_text(&err),
+        });
     }
     // SAFETY: NUL-terminated by the shim within METADATA_LEN.
     let text = unsafe { CStr::from_ptr(lines.as_ptr()) }.to_string_lossy();
@@ -416,9 +479,9 @@ fn host_cpu_flags() -> Option<Vec<String>> {
     Some(flags.split_whitespace().map(str::to_string).collect())
 }
 
-/// The dtype the package takes: its recorded one, which a different
-/// `dtype` setting contradicts; else the setting's (f32 by default), which
-/// the start-up forward pass then verifies.
+/// The dtype the package takes: the `dtype` setting's (f32 by default),
+/// which must be the one the package records; a package that records none
+/// is checked by the start-up forward pass.
 fn package_kind(
     path: &Path,
     metadata: &PackageMetadata,
@@ -446,17 +509,16 @@ fn package_kind(
         })?),
         None => None,
     };
-    let dtype = match (recorded, settings.dtype) {
-        (Some(package), Some(setting)) if package != setting => {
+    let dtype = match recorded {
+        Some(package) if package != settings.dtype => {
             return Err(refuse(format!(
-                "`dtype = \"{}\"` but the package takes {}; set dtype = \"{}\" or leave it out",
-                dtype_name(setting),
+                "`dtype = \"{}\"` (f32 unless set) but the package takes {}; set dtype = \"{}\"",
+                dtype_name(settings.dtype),
                 dtype_name(package),
                 dtype_name(package)
             )))
         }
-        (Some(package), _) => package,
-        (None, setting) => setting.unwrap_or_default(),
+        _ => settings.dtype,
     };
     Ok(dtype_kind(dtype))
 }
@@ -507,13 +569,10 @@ fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
 }
 
 fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiError> {
-    let fail = |message: String| AotiError::Load {
-        path: path.to_path_buf(),
-        message,
-    };
-    let c_path = c_path(path).map_err(fail)?;
+    let c_path = c_path(path)?;
     let device_index = match device {
-        Device::Cuda(index) => c_int::try_from(index).map_err(|e| fail(e.to_string()))?,
+        // Indices come from the device check, far below c_int::MAX.
+        Device::Cuda(index) => c_int::try_from(index).unwrap_or(c_int::MAX),
         _ => -1,
     };
     let mut handle = std::ptr::null_mut();
@@ -529,10 +588,14 @@ fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiErro
             ERR_LEN,
         )
     };
+    let failed = |source| AotiError::Load {
+        path: path.to_path_buf(),
+        source,
+    };
     if code != 0 {
-        return Err(fail(error_text(&err)));
+        return Err(failed(error_text(&err)));
     }
-    NonNull::new(handle).ok_or_else(|| fail("the loader returned nothing".into()))
+    NonNull::new(handle).ok_or_else(|| failed(PackageError("the loader returned nothing".into())))
 }
 
 /// Rows in the start-up forward pass: two, so a model that mixes up rows
@@ -571,23 +634,16 @@ fn probe_inputs(
     Ok(inputs)
 }
 
-/// The error's own text, without tch's "Internal torch error: " label.
-fn message_of(error: tch::TchError) -> String {
-    match error {
-        tch::TchError::Torch(message) => message,
-        other => other.to_string(),
-    }
+fn c_path(path: &Path) -> Result<CString, AotiError> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AotiError::NulInPath {
+        path: path.to_path_buf(),
+    })
 }
 
-fn c_path(path: &Path) -> Result<CString, String> {
-    CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| "the path holds a NUL byte".to_string())
-}
-
-fn error_text(err: &[c_char; ERR_LEN]) -> String {
+fn error_text(err: &[c_char; ERR_LEN]) -> PackageError {
     // SAFETY: the shim always NUL-terminates within ERR_LEN.
     let text = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-    first_line(&text)
+    PackageError(first_line(&text))
 }
 
 /// libtorch's messages can run to several lines; a start-up error is one.
@@ -695,17 +751,12 @@ mod tests {
     }
 
     #[test]
-    fn the_recorded_dtype_wins_and_a_contradicting_setting_is_refused() {
+    fn the_dtype_setting_must_be_the_one_the_package_records() {
         let path = Path::new("m.pt2");
         let bf16 = metadata(&[(DTYPE_KEY, "bf16")]);
-        let unset = AotiSettings {
+        let f32_setting = AotiSettings {
             jit_profiling: true,
             ..Default::default()
-        };
-        assert_eq!(package_kind(path, &bf16, unset).unwrap(), Kind::BFloat16);
-        let f32_setting = AotiSettings {
-            dtype: Some(ModelDtype::F32),
-            ..unset
         };
         let err = package_kind(path, &bf16, f32_setting)
             .unwrap_err()
@@ -714,9 +765,18 @@ mod tests {
             err.contains("dtype = \"f32\"") && err.contains("takes bf16"),
             "{err}"
         );
+        let bf16_setting = AotiSettings {
+            dtype: ModelDtype::Bf16,
+            ..f32_setting
+        };
         assert_eq!(
-            package_kind(path, &PackageMetadata::default(), f32_setting).unwrap(),
-            Kind::Float
+            package_kind(path, &bf16, bf16_setting).unwrap(),
+            Kind::BFloat16
+        );
+        // Recording none, the setting is taken (and checked at start-up).
+        assert_eq!(
+            package_kind(path, &PackageMetadata::default(), bf16_setting).unwrap(),
+            Kind::BFloat16
         );
     }
 
