@@ -33,7 +33,8 @@ use crate::message::{
     WriterMsg,
 };
 
-/// `[model]`: the model (TorchScript or AOTInductor package), its labels and the device.
+/// `[model]`: the model file (TorchScript or AOTInductor package) and its
+/// format, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
