@@ -167,17 +167,8 @@ fn classify(error: &anyhow::Error) -> Failure {
         if let Some(e) = cause.downcast_ref::<ReaderError>() {
             return !matches!(e, ReaderError::Io { .. });
         }
-        if let Some(WorkerError::StartupCheck { source, .. }) = cause.downcast_ref() {
-            return !source.is_device_failure();
-        }
         if let Some(e) = cause.downcast_ref::<WorkerError>() {
-            return matches!(
-                e,
-                WorkerError::ModelMissing { .. }
-                    | WorkerError::ModelLoad { .. }
-                    | WorkerError::Labels { .. }
-                    | WorkerError::BadDevice(_)
-            );
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<WriterError>() {
             return matches!(e, WriterError::Config(_) | WriterError::UnknownLabel { .. });

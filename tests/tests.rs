@@ -4,13 +4,15 @@
 //!   and the command-line overrides.
 //! * `inputs`: files written by pyarrow, DuckDB and Polars in the layouts the
 //!   reader accepts; several files; empty files.
-//! * `errors`: each failure is exit code 1 and one line naming its cause.
+//! * `errors`: each permanent failure is exit code 2 and one line naming its
+//!   cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `deploy`: the Kubernetes manifests, validated and run as their pods.
 //! * `resume`: killed runs resumed, finished runs left alone, other runs
 //!   refused, shards in one directory.
 //! * `faults`: a row the model cannot take, corrupt and truncated files,
 //!   a full disk.
+//! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `tidy`: the architecture's rules, checked on the source text.
 //!
@@ -18,6 +20,7 @@
 
 mod util;
 
+mod aoti;
 mod deploy;
 mod errors;
 mod faults;

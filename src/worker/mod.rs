@@ -33,7 +33,8 @@ use crate::message::{
     WriterMsg,
 };
 
-/// `[model]`: the model file and its format, its labels and the device.
+/// `[model]`: the model file (TorchScript or AOTInductor package) and its
+/// format, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -41,7 +42,11 @@ pub struct ModelConfig {
     pub path: PathBuf,
     /// How the model file was exported: `auto` (default), `torchscript`
     /// (`torch.jit.script(...).save(...)`) or `aoti` (an AOTInductor
-    /// package). `auto` takes the file as TorchScript.
+    /// package, `torch._inductor.aoti_compile_and_package(...)`). `auto`
+    /// tells them apart by the file's content. A package's device type and
+    /// dtype are fixed when it is compiled: `device` must run it and `dtype`
+    /// must be its own; `channels_last` and `jit_profiling` are TorchScript's
+    /// and are refused for a package.
     #[serde(default)]
     pub format: ModelFormat,
     /// Label map: line i is the label of class i (UTF-8). Required.
@@ -140,8 +145,8 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
-    #[error("model format {format:?} is not built into this segpredict")]
-    FormatUnsupported { format: ModelFormat },
+    #[error(transparent)]
+    Aoti(#[from] backend::AotiError),
     #[error("cannot read labels file {path}")]
     Labels {
         path: PathBuf,
@@ -168,6 +173,28 @@ pub enum WorkerError {
     Stats(#[from] alloc::ShimError),
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
+}
+
+impl WorkerError {
+    /// A retry of the same command fails the same way: the model, its
+    /// labels or its settings are wrong for these inputs. A device that
+    /// failed (CUDA error, out of memory, no GPU on this node) may not.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            WorkerError::ModelLoad { source, .. }
+            | WorkerError::StartupCheck { source, .. }
+            | WorkerError::ChannelsLast { source, .. }
+            | WorkerError::Forward { source, .. } => !source.is_device_failure(),
+            WorkerError::NoCuda(_) | WorkerError::Stats(_) => false,
+            WorkerError::ModelMissing { .. }
+            | WorkerError::Aoti(_)
+            | WorkerError::Labels { .. }
+            | WorkerError::NoLabels { .. }
+            | WorkerError::BadDevice(_)
+            | WorkerError::CudnnNeedsPadding
+            | WorkerError::Calibration(_) => true,
+        }
+    }
 }
 
 /// Reads the label map: one label per line, line i for class i.
