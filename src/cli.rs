@@ -213,13 +213,19 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         }
         (None, None) => ShardSpec::WHOLE,
     };
-    if !(0.0..=1.0).contains(&args.max_reject_fraction) {
-        return Err(Permanent(anyhow::anyhow!(
-            "--max-reject-fraction must be between 0 and 1, not {}",
-            args.max_reject_fraction
-        ))
-        .into());
+    let fraction = args.max_reject_fraction;
+    if !(0.0..=1.0).contains(&fraction) {
+        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
+        return Err(Permanent(e).into());
     }
+    let config = run_config(args)?;
+    let allocator = worker::configure_allocator(&config.model);
+    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
+    Ok(outcome(end, &config.writers.dir, shard, fraction))
+}
+
+/// The pipeline file with the command line's values applied.
+fn run_config(args: RunArgs) -> Result<PipelineConfig> {
     let mut config = PipelineConfig::load(&args.pipeline)?;
     config.apply(&Overrides {
         input: args.input,
@@ -238,11 +244,12 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         config.bucketing.gpu_memory = Some(target);
         config.auto_budget = true;
     }
-    let allocator = worker::configure_allocator(&config.model);
-    let dir = config.writers.dir.clone();
-    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
-    let fraction = args.max_reject_fraction;
-    Ok(match end {
+    Ok(config)
+}
+
+/// How the run ended, as an exit code, said on stderr.
+fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) -> Outcome {
+    match end {
         RunEnd::AlreadyComplete => {
             eprintln!(
                 "segpredict: {}: this run is already complete (_SUCCESS); nothing to do",
@@ -252,29 +259,28 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         }
         RunEnd::ShardAlreadyDone(commit) => {
             eprintln!("segpredict: shard {shard} was already done");
-            report_commit(&dir, &commit, fraction)
+            report_commit(dir, &commit, fraction)
         }
         RunEnd::Finished { report, commit } => {
             println!("{}", report.summary());
             let shard_outcome = match &commit {
-                CommitState::Committed(_) => report_commit(&dir, &commit, fraction),
+                CommitState::Committed(_) => report_commit(dir, &commit, fraction),
                 CommitState::Waiting(_) => {
-                    report_commit(&dir, &commit, fraction);
+                    report_commit(dir, &commit, fraction);
                     exit::completed(report.rows_rejected, report.rows_in, fraction)
                 }
             };
-            if !report.skipped_files.is_empty() {
-                eprintln!(
-                    "segpredict: {} input file(s) skipped; see {}",
-                    report.skipped_files.len(),
-                    dir.join("_report.json").display()
-                );
-                Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
-            } else {
-                shard_outcome
+            if report.skipped_files.is_empty() {
+                return shard_outcome;
             }
+            eprintln!(
+                "segpredict: {} input file(s) skipped; see {}",
+                report.skipped_files.len(),
+                dir.join("_report.json").display()
+            );
+            Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
         }
-    })
+    }
 }
 
 /// Says what the commit found; the outcome of a committed run.

@@ -104,32 +104,7 @@ impl PartWriter {
                     })
             })
             .collect::<Result<Vec<&str>, _>>()?;
-        let ids: ArrayRef = match self.output.id_kind {
-            IdKind::Str => Arc::new(
-                p.rows
-                    .iter()
-                    .map(|r| Some(r.id.to_string()))
-                    .collect::<StringArray>(),
-            ),
-            IdKind::Int => Arc::new(
-                p.rows
-                    .iter()
-                    .map(|r| match r.id {
-                        RowId::Int(v) => Some(v),
-                        _ => None,
-                    })
-                    .collect::<Int64Array>(),
-            ),
-            IdKind::UInt => Arc::new(
-                p.rows
-                    .iter()
-                    .map(|r| match r.id {
-                        RowId::UInt(v) => Some(v),
-                        _ => None,
-                    })
-                    .collect::<arrow::array::UInt64Array>(),
-            ),
-        };
+        let ids = id_array(self.output.id_kind, p);
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
         for row in &p.rows {
             let file = self.output.sources.get(row.origin.file_idx as usize);
@@ -155,5 +130,35 @@ impl PartWriter {
             path: self.file.temp_path().to_path_buf(),
             source,
         })
+    }
+}
+
+/// The ids of the rows, in the id column's type as the input had it.
+fn id_array(kind: IdKind, p: &Predictions) -> ArrayRef {
+    match kind {
+        IdKind::Str => Arc::new(
+            p.rows
+                .iter()
+                .map(|r| Some(r.id.to_string()))
+                .collect::<StringArray>(),
+        ),
+        IdKind::Int => Arc::new(
+            p.rows
+                .iter()
+                .map(|r| match r.id {
+                    RowId::Int(v) => Some(v),
+                    _ => None,
+                })
+                .collect::<Int64Array>(),
+        ),
+        IdKind::UInt => Arc::new(
+            p.rows
+                .iter()
+                .map(|r| match r.id {
+                    RowId::UInt(v) => Some(v),
+                    _ => None,
+                })
+                .collect::<arrow::array::UInt64Array>(),
+        ),
     }
 }
