@@ -121,12 +121,14 @@ pub fn prepare(
     if whole.success().exists() {
         return Ok(Start::AlreadyComplete);
     }
+    let attempt = last_attempt(dir, shard)? + 1;
+    let layout = OutputLayout::for_attempt(dir, AttemptNames { shard, attempt });
+    // A killed attempt's temporary files, a killed commit's among them
+    // (its shard is done: only the commit is left to do).
+    remove_leftovers(&layout)?;
     if whole.done_marker(shard).exists() {
         return Ok(Start::ShardDone);
     }
-    let attempt = last_attempt(dir, shard)? + 1;
-    let layout = OutputLayout::for_attempt(dir, AttemptNames { shard, attempt });
-    remove_leftovers(&layout)?;
     let marker = layout.attempt_marker();
     let started = serde_json::json!({
         "pid": std::process::id(),
