@@ -65,8 +65,9 @@ pub fn run(
         device,
         cudnn_benchmark,
         inputs,
-        model,
+        mut model,
     } = load_model(config)?;
+    model.count_time_from(started);
     let channels_last = model.channels_last();
     let mut config = config.clone();
     let calibration = if config.auto_budget {

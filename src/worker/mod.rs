@@ -170,6 +170,8 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
 /// What the worker needs besides its channels, built before any thread starts.
 pub struct Worker {
     model: Model,
+    /// When the run started: batch records' timestamps count from here.
+    epoch: Instant,
     channels_last: bool,
     oom_recovery: bool,
     fault_oom_above: Option<usize>,
@@ -183,6 +185,14 @@ pub struct BatchRecord {
     pub segments: usize,
     pub padded_segments: usize,
     pub flush_reason: &'static str,
+    /// Milliseconds from the run's start to the host starting to queue the
+    /// batch; the first batch's is the run's start-up.
+    pub queued_at_ms: f64,
+    /// Host milliseconds spent queueing the batch (statistics reset, upload,
+    /// the model's own host work and any synchronisation inside it).
+    pub launch_ms: f64,
+    /// Milliseconds from the run's start to the batch's answers on the host.
+    pub done_at_ms: f64,
     /// Host wall time from queueing the batch to its answers on the host
     /// (it overlaps the next batch's queueing).
     pub wall_ms: f64,
@@ -203,6 +213,7 @@ struct InFlight {
     launched: model::Launched,
     split_depth: u32,
     started: Instant,
+    launch_ms: f64,
     memory: Option<MemoryStats>,
 }
 
@@ -246,10 +257,17 @@ impl Worker {
         }
         Ok(Self {
             model,
+            epoch: Instant::now(),
             channels_last,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         })
+    }
+
+    /// Counts the batch records' timestamps from `epoch` (the run's start)
+    /// instead of from the model's loading.
+    pub fn count_time_from(&mut self, epoch: Instant) {
+        self.epoch = epoch;
     }
 
     /// Runs until the batch channel closes or the run is cancelled. `budget`
@@ -310,13 +328,14 @@ impl Worker {
         split_depth: u32,
         report: &mut WorkerReport,
     ) -> Result<Launch, WorkerError> {
-        self.reset_peaks()?;
         let started = Instant::now();
+        self.reset_peaks()?;
         let launched = self.forward(&batch);
         report.busy += started.elapsed();
         Ok(match launched {
             Ok(launched) => Launch::Queued(InFlight {
                 memory: self.memory_stats()?,
+                launch_ms: started.elapsed().as_secs_f64() * 1e3,
                 batch,
                 launched,
                 split_depth,
@@ -347,6 +366,9 @@ impl Worker {
                     segments: batch.n_segments,
                     padded_segments: batch.padded_segments,
                     flush_reason: batch.flush_reason,
+                    queued_at_ms: self.millis_since_epoch(flight.started),
+                    launch_ms: flight.launch_ms,
+                    done_at_ms: self.millis_since_epoch(Instant::now()),
                     wall_ms: flight.started.elapsed().as_secs_f64() * 1e3,
                     device_ms: predicted.device_ms,
                     split_depth: flight.split_depth,
@@ -467,6 +489,10 @@ impl Worker {
             }
         }
         self.model.launch(batch)
+    }
+
+    fn millis_since_epoch(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64() * 1e3
     }
 
     /// Whether the weights were laid out channels-last.
