@@ -246,6 +246,10 @@ impl Worker {
             }
         })?;
         let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
+        if device.is_cuda() {
+            // Before the feeding threads start, so they keep off its core.
+            crate::cpu::reserve_core_for_worker();
+        }
         let channels_last = config.channels_last.unwrap_or(device.is_cuda());
         if channels_last {
             model
@@ -288,6 +292,13 @@ impl Worker {
         // owns the model.
         let _no_grad = tch::no_grad_guard();
         let _inference = alloc::InferenceModeGuard::enter();
+        if self.model.device.is_cuda() {
+            crate::cpu::claim_worker_core();
+            // The worker's host work is small copies. libtorch would spread
+            // them over an OpenMP team made by this thread, on this thread's
+            // one core, and wait on its slowest member.
+            tch::set_num_threads(1);
+        }
         let mut report = WorkerReport::default();
         let mut in_flight: Option<InFlight> = None;
         for batch in batches {
