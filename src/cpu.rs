@@ -38,7 +38,11 @@ pub fn reserve_core_for_worker() {
             return None;
         }
         let worker = cores.pop()?;
-        tracing::debug!(worker, feeders = cores.len(), "reserved a core for the model worker");
+        tracing::debug!(
+            worker,
+            feeders = cores.len(),
+            "reserved a core for the model worker"
+        );
         Some(CoreLayout {
             worker,
             feeders: cores,
