@@ -119,3 +119,21 @@ fn set_this_thread_cores(cores: &[usize]) {
         let _ = cores;
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_can_be_kept_to_one_core() {
+        std::thread::spawn(|| {
+            let cores = allowed_cores().expect("affinity readable");
+            assert!(!cores.is_empty());
+            let last = *cores.last().unwrap();
+            set_this_thread_cores(&[last]);
+            assert_eq!(allowed_cores(), Some(vec![last]));
+        })
+        .join()
+        .unwrap();
+    }
+}

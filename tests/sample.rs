@@ -163,6 +163,36 @@ fn sample_matches_python_reference() {
     }
     let rows_in_batches: u64 = records.iter().map(|r| r["rows"].as_u64().unwrap()).sum();
     assert_eq!(rows_in_batches, SAMPLE_ROWS as u64);
+    assert_batch_times_are_on_the_run_clock(report, records);
+}
+
+/// Each batch is queued before its answers arrive, both inside the run; the
+/// first queued is the report's time to first batch.
+fn assert_batch_times_are_on_the_run_clock(
+    report: &serde_json::Value,
+    records: &[serde_json::Value],
+) {
+    let wall_ms = report["wall_s"].as_f64().unwrap() * 1e3;
+    let mut first_ms = f64::INFINITY;
+    for record in records {
+        let (queued, done) = (
+            record["queued_at_ms"].as_f64().unwrap(),
+            record["done_at_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < queued && queued <= done && done <= wall_ms,
+            "batch times off the run clock: {record}"
+        );
+        assert!(record["launch_ms"].as_f64().unwrap() >= 0.0, "{record}");
+        first_ms = first_ms.min(queued);
+    }
+    let first_s = report["time_to_first_batch_s"]
+        .as_f64()
+        .expect("time_to_first_batch_s");
+    assert!(
+        (first_s * 1e3 - first_ms).abs() < 1e-6,
+        "time_to_first_batch_s {first_s} vs first queued {first_ms} ms"
+    );
 }
 
 #[test]

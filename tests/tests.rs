@@ -7,6 +7,7 @@
 //! * `errors`: each failure is exit code 1 and one line naming its cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `tidy`: the architecture's rules, checked on the source text.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 
@@ -17,3 +18,4 @@ mod gpu;
 mod inputs;
 mod recovery;
 mod sample;
+mod tidy;

@@ -6,28 +6,44 @@
 //! for the rest of the run, and rejects a lone row that still does not fit.
 
 pub mod alloc;
+pub mod backend;
 pub mod calibrate;
+mod device;
 mod model;
+pub mod split;
+mod torch_error;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-pub use alloc::MemoryStats;
+pub use backend::ModelFormat;
+pub use device::{choose_device, configure_allocator, set_cudnn_benchmark};
 use model::Model;
+use split::{split_in_half, unpadded, Split};
+pub use torch_error::TorchError;
 
-use crate::message::{Batch, BatchExtra, InputSpec, Predictions, Reject, WriterMsg};
+use crate::message::{
+    Batch, BatchRecord, InputSpec, MemoryStats, Predictions, Reject, RejectKind, WorkerReport,
+    WriterMsg,
+};
 
 /// `[model]`: the TorchScript model, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// TorchScript file (`torch.jit.script(...).save(...)`). Required.
+    /// The model file. Required.
     pub path: PathBuf,
+    /// How the model file was exported: `auto` (default), `torchscript`
+    /// (`torch.jit.script(...).save(...)`) or `aoti` (an AOTInductor
+    /// package). `auto` takes the file as TorchScript.
+    #[serde(default)]
+    pub format: ModelFormat,
     /// Label map: line i is the label of class i (UTF-8). Required.
     pub labels: PathBuf,
     /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. Default `auto`.
@@ -106,52 +122,53 @@ impl ModelDtype {
 pub enum WorkerError {
     #[error("model file {path} does not exist")]
     ModelMissing { path: PathBuf },
-    #[error("cannot load model {path}: {message}")]
-    ModelLoad { path: PathBuf, message: String },
-    #[error("cannot read labels file {path}: {message}")]
-    Labels { path: PathBuf, message: String },
+    #[error("cannot load model {path}")]
+    ModelLoad {
+        path: PathBuf,
+        #[source]
+        source: TorchError,
+    },
+    #[error("cannot load model {path}: converting to channels-last")]
+    ChannelsLast {
+        path: PathBuf,
+        #[source]
+        source: TorchError,
+    },
+    #[error("model format {format:?} is not built into this segpredict")]
+    FormatUnsupported { format: ModelFormat },
+    #[error("cannot read labels file {path}")]
+    Labels {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read labels file {path}: the file holds no labels")]
+    NoLabels { path: PathBuf },
     #[error("unknown device `{0}` (use auto, cpu, cuda or cuda:N)")]
     BadDevice(String),
     #[error("device {0} requested but CUDA is not available")]
     NoCuda(String),
-    #[error("batch {seq} ({rows} rows, {segments} segments): the model failed: {message}")]
+    #[error("cudnn_benchmark = true needs pad_to_size_classes = true: unpadded, every batch is a new shape and re-tunes")]
+    CudnnNeedsPadding,
+    #[error("batch {seq} ({rows} rows, {segments} segments): the model failed")]
     Forward {
         seq: u64,
         rows: usize,
         segments: usize,
-        message: String,
+        #[source]
+        source: TorchError,
     },
-    #[error("reading allocator statistics: {0}")]
-    Stats(String),
+    #[error("reading allocator statistics")]
+    Stats(#[from] alloc::ShimError),
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
 }
 
-/// Parses the device setting; `auto` is CUDA device 0 when CUDA is present.
-pub fn choose_device(setting: &str) -> Result<Device, WorkerError> {
-    let cuda = |index: usize| {
-        if tch::Cuda::is_available() && index < tch::Cuda::device_count() as usize {
-            Ok(Device::Cuda(index))
-        } else {
-            Err(WorkerError::NoCuda(setting.to_string()))
-        }
-    };
-    match setting {
-        "auto" if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
-        "auto" | "cpu" => Ok(Device::Cpu),
-        "cuda" => cuda(0),
-        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(index)) => cuda(index),
-            _ => Err(WorkerError::BadDevice(other.to_string())),
-        },
-    }
-}
-
 /// Reads the label map: one label per line, line i for class i.
 pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Labels {
+    let text = std::fs::read_to_string(path).map_err(|source| WorkerError::Labels {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        source,
     })?;
     let labels: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
     let labels: Vec<String> = match labels.iter().rposition(|l| !l.is_empty()) {
@@ -159,9 +176,8 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
         None => Vec::new(),
     };
     if labels.is_empty() {
-        return Err(WorkerError::Labels {
+        return Err(WorkerError::NoLabels {
             path: path.to_path_buf(),
-            message: "the file holds no labels".into(),
         });
     }
     Ok(labels)
@@ -172,39 +188,12 @@ pub struct Worker {
     model: Model,
     /// When the run started: batch records' timestamps count from here.
     epoch: Instant,
+    labels: Arc<Vec<String>>,
+    inputs: InputSpec,
+    cudnn_benchmark: bool,
     channels_last: bool,
     oom_recovery: bool,
     fault_oom_above: Option<usize>,
-}
-
-/// One record per forward pass, for the run report.
-#[derive(Debug, Clone, Serialize)]
-pub struct BatchRecord {
-    pub seq: u64,
-    pub rows: usize,
-    pub segments: usize,
-    pub padded_segments: usize,
-    pub flush_reason: &'static str,
-    /// Milliseconds from the run's start to the host starting to queue the
-    /// batch; the first batch's is the run's start-up.
-    pub queued_at_ms: f64,
-    /// Host milliseconds spent queueing the batch (statistics reset, upload,
-    /// the model's own host work and any synchronisation inside it).
-    pub launch_ms: f64,
-    /// Milliseconds from the run's start to the batch's answers on the host.
-    pub done_at_ms: f64,
-    /// Host wall time from queueing the batch to its answers on the host
-    /// (it overlaps the next batch's queueing).
-    pub wall_ms: f64,
-    /// Device time of the batch (see [`model::Predicted::device_ms`]);
-    /// absent on CPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_ms: Option<f64>,
-    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
-    pub split_depth: u32,
-    /// Absent on CPU (not zero): there is no caching allocator to read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryStats>,
 }
 
 /// A batch queued on the device whose answers have not been collected.
@@ -220,48 +209,43 @@ struct InFlight {
 enum Launch {
     Queued(InFlight),
     /// The model failed while queueing (an out-of-memory shows here).
-    Failed(Batch, tch::TchError),
-}
-
-/// What the worker reports when it ends.
-#[derive(Debug, Default)]
-pub struct WorkerReport {
-    pub batches: Vec<BatchRecord>,
-    pub oom_events: u64,
-    /// Time queueing batches and waiting for their answers.
-    pub busy: Duration,
+    Failed(Batch, TorchError),
 }
 
 impl Worker {
-    pub fn new(
+    /// Labels, device, cuDNN mode and model: everything the worker needs,
+    /// loaded and checked before any thread starts. `padded_shapes` says
+    /// whether bucketing pads batches to size classes.
+    pub fn load(
         config: &ModelConfig,
-        device: Device,
-        inputs: &InputSpec,
-        n_labels: usize,
+        inputs: InputSpec,
+        padded_shapes: bool,
     ) -> Result<Self, WorkerError> {
-        tch::jit::f_set_profiling_mode(config.jit_profiling).map_err(|e| {
-            WorkerError::ModelLoad {
-                path: config.path.clone(),
-                message: e.to_string(),
-            }
-        })?;
-        let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
+        let labels = Arc::new(load_labels(&config.labels)?);
+        let device = choose_device(&config.device)?;
+        let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
+        let mut model = Model::load(config, device, &inputs, labels.len())?;
         if device.is_cuda() {
             // Before the feeding threads start, so they keep off its core.
             crate::cpu::reserve_core_for_worker();
         }
-        let channels_last = config.channels_last.unwrap_or(device.is_cuda());
+        let channels_last = config
+            .channels_last
+            .unwrap_or(device.is_cuda() && model.supports_channels_last());
         if channels_last {
             model
-                .to_channels_last()
-                .map_err(|e| WorkerError::ModelLoad {
+                .convert_to_channels_last()
+                .map_err(|source| WorkerError::ChannelsLast {
                     path: config.path.clone(),
-                    message: format!("converting to channels-last: {e}"),
+                    source,
                 })?;
         }
         Ok(Self {
             model,
             epoch: Instant::now(),
+            labels,
+            inputs,
+            cudnn_benchmark,
             channels_last,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
@@ -420,12 +404,12 @@ impl Worker {
         &self,
         batch: Batch,
         split_depth: u32,
-        error: tch::TchError,
+        error: TorchError,
         out: &Sender<WriterMsg>,
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
-        if self.oom_recovery && is_out_of_memory(&error) {
+        if self.oom_recovery && error.is_out_of_memory() {
             report.oom_events += 1;
             return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
         }
@@ -433,7 +417,7 @@ impl Worker {
             seq: batch.seq,
             rows: batch.rows.len(),
             segments: batch.n_segments,
-            message: model_error_line(&error),
+            source: error,
         })
     }
 
@@ -441,12 +425,12 @@ impl Worker {
         &self,
         batch: Batch,
         split_depth: u32,
-        error: &tch::TchError,
+        error: &TorchError,
         out: &Sender<WriterMsg>,
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
-        alloc::empty_cache().map_err(WorkerError::Stats)?;
+        alloc::empty_cache()?;
         // Padding is the cheapest thing to give up: a lone row is retried
         // unpadded before it is rejected; a batch is split in halves.
         let retry_size = match batch.rows.len() {
@@ -477,11 +461,10 @@ impl Worker {
                     .map(|meta| Reject {
                         id: Some(meta.id),
                         origin: meta.origin,
-                        kind: "oom_single_row",
+                        kind: RejectKind::OomSingleRow,
                         reason: format!(
                             "out of memory on a row of {} segments alone: {}",
-                            lone.n_segments,
-                            model_error_line(error)
+                            lone.n_segments, error
                         ),
                     })
                     .collect();
@@ -490,25 +473,36 @@ impl Worker {
         }
     }
 
-    fn forward(&self, batch: &Batch) -> Result<model::Launched, tch::TchError> {
+    fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {
         if let Some(limit) = self.fault_oom_above {
             if batch.padded_segments > limit {
-                return Err(tch::TchError::Torch(format!(
+                // Classified like a real one: through `TorchError::from`.
+                return Err(TorchError::from(tch::TchError::Torch(format!(
                     "CUDA out of memory (injected fault: {} segments > {limit})",
                     batch.padded_segments
-                )));
+                ))));
             }
         }
         self.model.launch(batch)
     }
 
-    fn millis_since_epoch(&self, at: Instant) -> f64 {
-        at.saturating_duration_since(self.epoch).as_secs_f64() * 1e3
-    }
-
     /// Whether the weights were laid out channels-last.
     pub fn channels_last(&self) -> bool {
         self.channels_last
+    }
+
+    /// Whether cuDNN's benchmark mode is on.
+    pub fn cudnn_benchmark(&self) -> bool {
+        self.cudnn_benchmark
+    }
+
+    /// The label of each class id the model returns.
+    pub fn labels(&self) -> Arc<Vec<String>> {
+        self.labels.clone()
+    }
+
+    pub fn device(&self) -> Device {
+        self.model.device
     }
 
     fn cuda_index(&self) -> Option<usize> {
@@ -518,147 +512,21 @@ impl Worker {
         }
     }
 
+    fn millis_since_epoch(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64() * 1e3
+    }
+
     fn reset_peaks(&self) -> Result<(), WorkerError> {
         match self.cuda_index() {
-            Some(i) => alloc::reset_peaks(i).map_err(WorkerError::Stats),
+            Some(i) => Ok(alloc::reset_peaks(i)?),
             None => Ok(()),
         }
     }
 
     fn memory_stats(&self) -> Result<Option<MemoryStats>, WorkerError> {
         match self.cuda_index() {
-            Some(i) => alloc::stats(i).map_err(WorkerError::Stats),
+            Some(i) => Ok(alloc::stats(i)?),
             None => Ok(None),
-        }
-    }
-}
-
-fn is_out_of_memory(e: &tch::TchError) -> bool {
-    e.to_string().contains("out of memory")
-}
-
-/// libtorch's messages carry a C++ backtrace; the log wants the first line.
-fn model_error_line(e: &tch::TchError) -> String {
-    let text = e.to_string();
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or(&text)
-        .trim()
-        .to_string()
-}
-
-/// A batch split for out-of-memory recovery.
-pub enum Split {
-    Halves(Batch, Batch),
-    /// One row cannot be split.
-    Lone(Batch),
-}
-
-/// The batch without its padding segments.
-fn unpadded(mut batch: Batch) -> Batch {
-    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
-    batch.segments.truncate(batch.n_segments * segment_bytes);
-    batch.padded_segments = batch.n_segments;
-    batch.flush_reason = "oom_unpadded";
-    batch
-}
-
-/// Splits a batch into two halves of about equal segments (unpadded: this is
-/// the rare recovery path).
-pub fn split_in_half(batch: Batch) -> Split {
-    if batch.rows.len() < 2 {
-        return Split::Lone(batch);
-    }
-    let cut = half_point(&batch.segment_counts);
-    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
-    let first_segments: usize = batch.segment_counts[..cut]
-        .iter()
-        .map(|&c| c as usize)
-        .sum();
-    let second_segments = batch.n_segments - first_segments;
-    let (first_extras, second_extras): (Vec<_>, Vec<_>) = batch
-        .extras
-        .into_iter()
-        .map(|e| split_extra(e, cut))
-        .unzip();
-    let mut rows = batch.rows;
-    let second_rows = rows.split_off(cut);
-    let mut counts = batch.segment_counts;
-    let second_counts = counts.split_off(cut);
-    let mut segments = batch.segments;
-    segments.truncate(batch.n_segments * segment_bytes);
-    let second_bytes = segments.split_off(first_segments * segment_bytes);
-    let first = Batch {
-        seq: batch.seq,
-        rows,
-        segment_counts: counts,
-        n_segments: first_segments,
-        padded_segments: first_segments,
-        segments,
-        extras: first_extras,
-        flush_reason: "oom_split",
-    };
-    let second = Batch {
-        seq: batch.seq,
-        rows: second_rows,
-        segment_counts: second_counts,
-        n_segments: second_segments,
-        padded_segments: second_segments,
-        segments: second_bytes,
-        extras: second_extras,
-        flush_reason: "oom_split",
-    };
-    Split::Halves(first, second)
-}
-
-/// The row index where the running segment total first reaches half, kept
-/// inside 1..len so both halves hold rows.
-fn half_point(counts: &[i64]) -> usize {
-    let total: i64 = counts.iter().sum();
-    let mut running = 0;
-    for (i, c) in counts.iter().enumerate() {
-        running += c;
-        if running * 2 >= total {
-            return (i + 1).clamp(1, counts.len() - 1);
-        }
-    }
-    counts.len() / 2
-}
-
-fn split_extra(extra: BatchExtra, cut: usize) -> (BatchExtra, BatchExtra) {
-    match extra {
-        BatchExtra::Ragged {
-            mut values,
-            mut counts,
-        } => {
-            let second_counts = counts.split_off(cut);
-            let first_len: i64 = counts.iter().sum();
-            let second_values = values.split_off(first_len as usize);
-            (
-                BatchExtra::Ragged { values, counts },
-                BatchExtra::Ragged {
-                    values: second_values,
-                    counts: second_counts,
-                },
-            )
-        }
-        BatchExtra::Vectors { mut values, width } => {
-            let second = values.split_off(cut * width);
-            (
-                BatchExtra::Vectors { values, width },
-                BatchExtra::Vectors {
-                    values: second,
-                    width,
-                },
-            )
-        }
-        BatchExtra::Floats(mut v) => {
-            let second = v.split_off(cut);
-            (BatchExtra::Floats(v), BatchExtra::Floats(second))
-        }
-        BatchExtra::Ints(mut v) => {
-            let second = v.split_off(cut);
-            (BatchExtra::Ints(v), BatchExtra::Ints(second))
         }
     }
 }

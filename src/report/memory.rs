@@ -1,0 +1,159 @@
+//! Device and host memory over a run, from the per-batch records.
+
+use serde::Serialize;
+
+use super::BatchReport;
+
+/// Device memory over the whole run, from the per-batch records.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemorySummary {
+    pub peak_allocated_bytes: i64,
+    pub peak_reserved_bytes: i64,
+    pub final_reserved_bytes: i64,
+    /// Batches (after the warm-up) whose reserved peak passed every earlier
+    /// batch's: the seed's ratchet, counted.
+    pub reserved_growth_events_after_warmup: u64,
+    pub warmup_batches: usize,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+}
+
+/// The process's peak resident set size so far, from `/proc/self/status`.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Summed device time of the batches over `wall_s`; `None` when no batch
+/// was timed on a device.
+pub fn device_busy_share(records: &[BatchReport], wall_s: f64) -> Option<f64> {
+    let times: Vec<f64> = records.iter().filter_map(|r| r.device_ms).collect();
+    if times.is_empty() || wall_s <= 0.0 {
+        return None;
+    }
+    Some(times.iter().sum::<f64>() / 1e3 / wall_s)
+}
+
+/// Batches of warm-up: the first batch of each distinct shape may reserve.
+pub fn warmup_batches(records: &[BatchReport]) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    let mut last_new = 0;
+    for (i, r) in records.iter().enumerate() {
+        if seen.insert(r.padded_segments) {
+            last_new = i + 1;
+        }
+    }
+    // With few shapes warm-up ends after each has been seen once; with many
+    // (no padding) it is capped so the ratchet still shows.
+    last_new.min(records.len() / 10).max(1.min(records.len()))
+}
+
+/// Summarises memory over the run; `None` when no batch has memory stats.
+pub fn memory_summary(records: &[BatchReport]) -> Option<MemorySummary> {
+    let with_memory: Vec<_> = records.iter().filter_map(|r| r.memory).collect();
+    let last = with_memory.last()?;
+    let warmup = warmup_batches(records);
+    let mut high_water = 0i64;
+    let mut growth = 0u64;
+    for (i, m) in with_memory.iter().enumerate() {
+        if m.reserved_peak > high_water {
+            if i >= warmup {
+                growth += 1;
+            }
+            high_water = m.reserved_peak;
+        }
+    }
+    Some(MemorySummary {
+        peak_allocated_bytes: with_memory
+            .iter()
+            .map(|m| m.allocated_peak)
+            .max()
+            .unwrap_or(0),
+        peak_reserved_bytes: high_water,
+        final_reserved_bytes: last.reserved,
+        reserved_growth_events_after_warmup: growth,
+        warmup_batches: warmup,
+        alloc_retries: last.alloc_retries,
+        ooms: last.ooms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::FlushReason;
+    use crate::report::MemoryReport;
+
+    const MIB: i64 = 1 << 20;
+
+    fn record(padded_segments: usize, reserved_peak_mib: Option<i64>) -> BatchReport {
+        BatchReport {
+            seq: 0,
+            rows: 1,
+            segments: padded_segments,
+            padded_segments,
+            flush_reason: FlushReason::BudgetReached,
+            queued_at_ms: 0.0,
+            launch_ms: 1.0,
+            done_at_ms: 1.0,
+            wall_ms: 1.0,
+            device_ms: reserved_peak_mib.map(|_| 2.0),
+            split_depth: 0,
+            memory: reserved_peak_mib.map(|mib| MemoryReport {
+                allocated: mib * MIB / 2,
+                allocated_peak: mib * MIB - 1,
+                reserved: mib * MIB,
+                reserved_peak: mib * MIB,
+                inactive_split: 0,
+                alloc_retries: 1,
+                ooms: 0,
+                device_free: 0,
+                device_total: 80 << 30,
+            }),
+        }
+    }
+
+    #[test]
+    fn no_memory_summary_on_cpu() {
+        let records = [record(256, None), record(512, None)];
+        assert_eq!(memory_summary(&records), None);
+        assert_eq!(device_busy_share(&records, 1.0), None);
+    }
+
+    #[test]
+    fn growth_after_warm_up_is_counted_once_per_new_high() {
+        // Two shapes, each seen by batch 2: warm-up is capped at a tenth of
+        // the run (2 of 20 batches); later new highs are the ratchet.
+        let mut records: Vec<_> = (0..20).map(|_| record(512, Some(100))).collect();
+        records[0] = record(256, Some(50));
+        records[1] = record(512, Some(100));
+        records[7] = record(512, Some(120));
+        records[8] = record(512, Some(110));
+        records[15] = record(512, Some(130));
+        let summary = memory_summary(&records).expect("CUDA records");
+        assert_eq!(summary.warmup_batches, 2);
+        assert_eq!(summary.reserved_growth_events_after_warmup, 2);
+        assert_eq!(summary.peak_reserved_bytes, 130 * MIB);
+        assert_eq!(summary.peak_allocated_bytes, 130 * MIB - 1);
+        assert_eq!(summary.final_reserved_bytes, 100 * MIB);
+        assert_eq!(summary.alloc_retries, 1);
+    }
+
+    #[test]
+    fn flat_memory_has_no_growth_events() {
+        let records: Vec<_> = (0..50).map(|i| record(256 << (i % 3), Some(100))).collect();
+        let summary = memory_summary(&records).expect("CUDA records");
+        assert_eq!(summary.reserved_growth_events_after_warmup, 0);
+        assert_eq!(summary.warmup_batches, 3);
+    }
+
+    #[test]
+    fn device_busy_share_is_device_time_over_wall_time() {
+        let records = [record(256, Some(10)), record(256, Some(10))];
+        // 2 batches x 2 ms of device time over 8 ms of wall time.
+        let share = device_busy_share(&records, 0.008).unwrap();
+        assert!((share - 0.5).abs() < 1e-9, "{share}");
+    }
+}
