@@ -32,7 +32,9 @@ pub struct Interrupted;
 /// The model worker for the pipeline's model, columns and padding.
 fn load_worker(config: &PipelineConfig) -> Result<Worker> {
     let inputs = config.readers.columns.input_spec();
-    let padded = config.bucketing.pad_to_size_classes;
+    // Padding's default depends on the device, which loading chooses; only
+    // an explicit `false` rules out cuDNN benchmark mode.
+    let padded = config.bucketing.pad_to_size_classes != Some(false);
     Ok(Worker::load(&config.model, inputs, padded)?)
 }
 
@@ -76,6 +78,7 @@ pub fn run(
     let mut model = load_worker(config)?;
     model.count_time_from(started);
     let mut config = config.clone();
+    config.bucketing.settle_padding(model.device().is_cuda());
     let calibration = match config.auto_budget {
         true => Some(calibrate_budget(&mut config, &model)?),
         false => None,
