@@ -150,8 +150,8 @@ fn sample_matches_python_reference() {
     );
     assert!(report.get("device_busy_share").is_none(), "{report}");
     assert_eq!(
-        report["channels_last"], false,
-        "channels-last is off on CPU by default"
+        report["channels_last"], true,
+        "channels-last is the default for a model with 4-D weights, on CPU too"
     );
     let records = report["batch_records"].as_array().expect("batch_records");
     assert_eq!(records.len() as u64, report_u64(report, "batches"));
@@ -280,12 +280,12 @@ fn cli_overrides_input_output_and_max_segments() {
 }
 
 #[test]
-fn channels_last_weights_predict_the_same_labels() {
+fn nchw_weights_predict_the_same_labels() {
     let dir = tmp();
     let input_path = sample_subset(dir.path(), "subset.parquet", 300);
     let input = read_input(&input_path);
     let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
-    pipeline.model_extra.push("channels_last = true".into());
+    pipeline.model_extra.push("channels_last = false".into());
     let output = run_clean(&pipeline, &ids_of(&input));
     assert_same_predictions_as_baseline(&output);
 }

@@ -72,8 +72,10 @@ pub struct ModelConfig {
     /// Convert the model's 4-D weights to channels-last memory layout, so
     /// convolutions run NHWC (tensor cores on recent GPUs favour it: 1.45x
     /// faster and half the memory for the seed's convs in bf16 on an H200,
-    /// benches/gpu/RESULTS.md). Default: on for CUDA, off for CPU. The
-    /// numbers are the same up to rounding.
+    /// benches/gpu/RESULTS.md; oneDNN's CPU convolutions too: digits-small
+    /// ran 1.3-1.5x faster on a 2-core CPU, benches/cpu/results.md).
+    /// Default: on when the model supports it, on any device. The numbers
+    /// are the same up to rounding.
     pub channels_last: Option<bool>,
     /// TorchScript's profiling executor, which specialises the graph to the
     /// shapes it has seen. Default true (libtorch's default). Batches whose
@@ -231,7 +233,7 @@ impl Worker {
         }
         let channels_last = config
             .channels_last
-            .unwrap_or(device.is_cuda() && model.supports_channels_last());
+            .unwrap_or(model.supports_channels_last());
         if channels_last {
             model
                 .convert_to_channels_last()
