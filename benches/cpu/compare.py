@@ -8,8 +8,9 @@ their ratio, and a check that every id got the same label from each.
 
 The plain pipeline is benches/gpu/plain_pytorch.py on the CPU: `careful`
 (a reader thread, numpy-gathered buckets, a writer thread, the model on the
-main thread with libtorch's own threads) and `simple` (one thread: read,
-batch, predict, write). Writes benches/cpu/results.json and results.md.
+main thread with libtorch's own threads), the same with channels-last
+weights (segpredict's default), and `simple` (one thread: read, batch,
+predict, write). Writes benches/cpu/results.json and results.md.
 The load average is recorded around every run: on a shared machine the
 numbers are only as quiet as it was.
 """
@@ -70,8 +71,10 @@ def run_plain(kind: str, big: Path, out: Path, result: Path) -> dict:
     cmd = [sys.executable, str(ROOT / "benches" / "gpu" / "plain_pytorch.py"), "--model", str(MODEL), "--labels", str(LABELS),
            "--input", str(big), "--output", str(out), "--policy", "budget", "--budget", str(BUDGET), "--dtype", "f32",
            "--device", "cpu", "--json", str(result)]
-    if kind == "careful":
+    if kind.startswith("careful"):
         cmd.append("--careful")
+    if kind.endswith("channels-last"):
+        cmd.append("--channels-last")
     wall, load = timed(cmd)
     data = json.loads(result.read_text())
     return {"process_wall_s": wall, "wall_s": data["wall_s"], "segments": data["segments"], "padded_segments": data["segments"],
@@ -89,7 +92,8 @@ def main() -> None:
     ap.add_argument("--times", type=int, default=5)
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release" / "segpredict")
     ap.add_argument("--pipeline", type=Path, default=ROOT / "pipelines" / "sample.toml")
-    ap.add_argument("--plain", nargs="+", default=["careful", "simple"], choices=["careful", "simple"])
+    kinds = ["careful", "careful-channels-last", "simple"]
+    ap.add_argument("--plain", nargs="+", default=kinds, choices=kinds)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = ap.parse_args()
     runs: dict[str, list] = {"segpredict": [], **{f"plain-{k}": [] for k in args.plain}}
