@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,21 +51,27 @@ def make_scaled(times: int, out: Path) -> int:
     return scaled.num_rows
 
 
-def timed(cmd: list[str]) -> tuple[float, tuple[float, float]]:
-    load_before = os.getloadavg()[0]
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str]) -> tuple[float, tuple[float, float], float]:
+    """Process wall time, load average before and after, CPU seconds used."""
+    load_before, cpu_before = os.getloadavg()[0], children_cpu_s()
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - t0
-    return wall, (load_before, os.getloadavg()[0])
+    return wall, (load_before, os.getloadavg()[0]), children_cpu_s() - cpu_before
 
 
 def run_segpredict(bin_path: Path, pipeline: Path, big: Path, out: Path) -> dict:
-    wall, load = timed([str(bin_path), "run", str(pipeline), "--input", str(big), "--output", str(out),
-                        "--overwrite", "--device", "cpu"])
+    wall, load, cpu = timed([str(bin_path), "run", str(pipeline), "--input", str(big), "--output", str(out),
+                             "--overwrite", "--device", "cpu"])
     report = json.loads((out / "_report.json").read_text())
     assert report["rows_out"] + report["rows_rejected"] == report["rows_in"]
     return {"process_wall_s": wall, "wall_s": report["wall_s"], "segments": report["segments"],
-            "padded_segments": report["padded_segments"], "load": load}
+            "padded_segments": report["padded_segments"], "load": load, "cpu_s": cpu}
 
 
 def run_plain(kind: str, big: Path, out: Path, result: Path) -> dict:
@@ -75,10 +82,10 @@ def run_plain(kind: str, big: Path, out: Path, result: Path) -> dict:
         cmd.append("--careful")
     if kind.endswith("channels-last"):
         cmd.append("--channels-last")
-    wall, load = timed(cmd)
+    wall, load, cpu = timed(cmd)
     data = json.loads(result.read_text())
     return {"process_wall_s": wall, "wall_s": data["wall_s"], "segments": data["segments"], "padded_segments": data["segments"],
-            "load": load}
+            "load": load, "cpu_s": cpu}
 
 
 def labels_of(path: Path) -> dict:
@@ -114,7 +121,7 @@ def main() -> None:
                 res["round"] = r + 1
                 runs[name].append(res)
                 print(f"round {r + 1} {name}: {res['segments'] / res['wall_s']:,.0f} segs/s (run clock), "
-                      f"{res['process_wall_s']:.1f} s process, load {res['load'][0]:.1f} -> {res['load'][1]:.1f}", flush=True)
+                      f"{res['process_wall_s']:.1f} s process, {res['cpu_s']:.1f} CPU s, load {res['load'][0]:.1f} -> {res['load'][1]:.1f}", flush=True)
         reference = labels_of(outputs["segpredict"])
         label_check = {}
         for name in runs:
@@ -129,6 +136,7 @@ def main() -> None:
             "segments_per_s_median": statistics.median(r["segments"] / r["wall_s"] for r in rs),
             "segments_per_s_process_median": statistics.median(r["segments"] / r["process_wall_s"] for r in rs),
             "padded_share": rs[0]["padded_segments"] / rs[0]["segments"] - 1,
+            "cpu_s_median": statistics.median(r["cpu_s"] for r in rs),
         }
     ratios = {}
     for name in runs:
@@ -136,6 +144,12 @@ def main() -> None:
             ratios[f"segpredict/{name}"] = round(summary["segpredict"]["segments_per_s_median"] / summary[name]["segments_per_s_median"], 3)
             ratios[f"segpredict/{name} (process)"] = round(
                 summary["segpredict"]["segments_per_s_process_median"] / summary[name]["segments_per_s_process_median"], 3)
+            # The machine is shared: the ratio within each round (runs next
+            # to each other in time), then the median of those.
+            ratios[f"segpredict/{name} (median of per-round ratios)"] = round(statistics.median(
+                (s["segments"] / s["wall_s"]) / (o["segments"] / o["wall_s"]) for s, o in zip(runs["segpredict"], runs[name])), 3)
+            ratios[f"{name}/segpredict CPU seconds (median)"] = round(
+                summary[name]["cpu_s_median"] / summary["segpredict"]["cpu_s_median"], 3)
     loads = [x for rs in runs.values() for r in rs for x in r["load"]]
     result = {"machine": {"cores": os.cpu_count(), "platform": platform.platform(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                           "load_min": min(loads), "load_median": statistics.median(loads), "load_max": max(loads)},
@@ -143,10 +157,12 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     lines = [f"{rows:,} rows ({args.times}x the sample), {args.rounds} rounds, {os.cpu_count()} cores, "
              f"load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}), {result['machine']['date_utc']} UTC", "",
-             "| pipeline | segs/s, median (run clock) | segs/s, median (process wall) | padding share | rounds (run clock) |", "|---|---|---|---|---|"]
+             "| pipeline | segs/s, median (run clock) | segs/s, median (process wall) | CPU s, median | padding share | rounds (run clock) |",
+             "|---|---|---|---|---|---|"]
     for name, s in summary.items():
         each = ", ".join(f"{r['segments'] / r['wall_s']:,.0f}" for r in runs[name])
-        lines.append(f"| {name} | {s['segments_per_s_median']:,.0f} | {s['segments_per_s_process_median']:,.0f} | {s['padded_share']:.3f} | {each} |")
+        lines.append(f"| {name} | {s['segments_per_s_median']:,.0f} | {s['segments_per_s_process_median']:,.0f} | "
+                     f"{s['cpu_s_median']:.1f} | {s['padded_share']:.3f} | {each} |")
     lines.append("")
     lines += [f"- {k}: {v}x" for k, v in ratios.items()]
     lines += [f"- labels, segpredict vs {k}: {v['same_label']:,} of {v['rows']:,} identical ({v['other_rows']:,} rows there)" for k, v in label_check.items()]
