@@ -29,9 +29,13 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# The test suite (CPU only; GPU tests skip without a GPU).
+# The test suite (CPU only; the GPU tests are listed as ignored).
 test: setup
     cargo test --release
+
+# The GPU tests, on a CUDA machine (they fail without one).
+test-gpu: setup
+    cargo test --release --test integration gpu -- --ignored
 
 # Formatting and clippy, warnings as errors.
 lint: setup
@@ -48,6 +52,12 @@ sample: setup
 # Train digits-small and write digits-seed (TorchScript) under models/.
 models: setup
     {{python}} tools/make_models.py
+
+# The package is compiled for this CPU's instruction set; the tests use it. About 45 s on
+# 2 cores. CUDA packages (on a GPU machine): tools/make_models.py --aoti --device cuda.
+# Export digits-small and compile it with AOTInductor: models/digits-small.pt2 (committed).
+models-aoti: setup
+    {{python}} tools/make_models.py --aoti --only digits-small
 
 # Host memory: peak RSS on the sample and on 20x the sample (benches/host/results.md).
 bench-host-memory: build
