@@ -66,3 +66,11 @@ bench-host-memory: build
 # The GPU benchmark: run on a GPU machine with models/digits-seed.pt (see benches/gpu/RESULTS.md).
 bench-gpu: build
     SEGPREDICT=target/release/segpredict bash benches/gpu/run.sh
+
+# segpredict against the plain-PyTorch CPU pipeline on 5x the sample (benches/cpu/RESULTS.md).
+bench-cpu: build
+    {{python}} benches/cpu/compare.py
+
+# The gap to the model's own ceiling, on a GPU machine with models/digits-seed.pt (benches/gpu/RESULTS.md).
+bench-gpu-gap: build
+    SEGPREDICT=target/release/segpredict bash benches/gpu/gap.sh

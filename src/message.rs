@@ -399,6 +399,14 @@ pub struct BatchRecord {
     pub segments: usize,
     pub padded_segments: usize,
     pub flush_reason: FlushReason,
+    /// Milliseconds from the run's start to the host starting to queue the
+    /// batch; the first batch's is the run's start-up.
+    pub queued_at_ms: f64,
+    /// Host milliseconds spent queueing the batch (statistics reset, upload,
+    /// the model's own host work and any synchronisation inside it).
+    pub launch_ms: f64,
+    /// Milliseconds from the run's start to the batch's answers on the host.
+    pub done_at_ms: f64,
     /// Host wall time from queueing the batch to its answers on the host
     /// (it overlaps the next batch's queueing).
     pub wall_ms: f64,

@@ -33,7 +33,9 @@ pub struct Interrupted;
 /// The model worker for the pipeline's model, columns and padding.
 fn load_worker(config: &PipelineConfig) -> Result<Worker> {
     let inputs = config.readers.columns.input_spec();
-    let padded = config.bucketing.pad_to_size_classes;
+    // Padding's default depends on the device, which loading chooses; only
+    // an explicit `false` rules out cuDNN benchmark mode.
+    let padded = config.bucketing.pad_to_size_classes != Some(false);
     Ok(Worker::load(&config.model, inputs, padded)?)
 }
 
@@ -103,8 +105,10 @@ pub fn run(
         Ok(attempt) => attempt,
         Err(end) => return Ok(end),
     };
-    let model = load_worker(config)?;
+    let mut model = load_worker(config)?;
+    model.count_time_from(started);
     let mut config = config.clone();
+    config.bucketing.settle_padding(model.device().is_cuda());
     let calibration = match config.auto_budget {
         true => Some(calibrate_budget(&mut config, &model)?),
         false => None,

@@ -150,8 +150,8 @@ fn sample_matches_python_reference() {
     );
     assert!(report.get("device_busy_share").is_none(), "{report}");
     assert_eq!(
-        report["channels_last"], false,
-        "channels-last is off on CPU by default"
+        report["channels_last"], true,
+        "channels-last is the default for a model with 4-D weights, on CPU too"
     );
     let records = report["batch_records"].as_array().expect("batch_records");
     assert_eq!(records.len() as u64, report_u64(report, "batches"));
@@ -163,6 +163,36 @@ fn sample_matches_python_reference() {
     }
     let rows_in_batches: u64 = records.iter().map(|r| r["rows"].as_u64().unwrap()).sum();
     assert_eq!(rows_in_batches, SAMPLE_ROWS as u64);
+    assert_batch_times_are_on_the_run_clock(report, records);
+}
+
+/// Each batch is queued before its answers arrive, both inside the run; the
+/// first queued is the report's time to first batch.
+fn assert_batch_times_are_on_the_run_clock(
+    report: &serde_json::Value,
+    records: &[serde_json::Value],
+) {
+    let wall_ms = report["wall_s"].as_f64().unwrap() * 1e3;
+    let mut first_ms = f64::INFINITY;
+    for record in records {
+        let (queued, done) = (
+            record["queued_at_ms"].as_f64().unwrap(),
+            record["done_at_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < queued && queued <= done && done <= wall_ms,
+            "batch times off the run clock: {record}"
+        );
+        assert!(record["launch_ms"].as_f64().unwrap() >= 0.0, "{record}");
+        first_ms = first_ms.min(queued);
+    }
+    let first_s = report["time_to_first_batch_s"]
+        .as_f64()
+        .expect("time_to_first_batch_s");
+    assert!(
+        (first_s * 1e3 - first_ms).abs() < 1e-6,
+        "time_to_first_batch_s {first_s} vs first queued {first_ms} ms"
+    );
 }
 
 #[test]
@@ -250,12 +280,12 @@ fn cli_overrides_input_output_and_max_segments() {
 }
 
 #[test]
-fn channels_last_weights_predict_the_same_labels() {
+fn nchw_weights_predict_the_same_labels() {
     let dir = tmp();
     let input_path = sample_subset(dir.path(), "subset.parquet", 300);
     let input = read_input(&input_path);
     let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
-    pipeline.model_extra.push("channels_last = true".into());
+    pipeline.model_extra.push("channels_last = false".into());
     let output = run_clean(&pipeline, &ids_of(&input));
     assert_same_predictions_as_baseline(&output);
 }

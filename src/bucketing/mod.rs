@@ -43,9 +43,11 @@ pub struct BucketingConfig {
     /// flushed before they fill, wasting GPU work on padding.
     pub max_held_rows: usize,
     /// Pad each batch's segment total up to a size class so the model sees few
-    /// shapes. Default true. Costs the padded segments' compute (at most the
-    /// gap to the next class); saves re-tuning and allocator churn per shape.
-    pub pad_to_size_classes: bool,
+    /// shapes. Default: on for CUDA, off on CPU. Costs the padded segments'
+    /// compute (at most the gap to the next class); on a GPU it saves
+    /// re-tuning and allocator churn per shape (unpadded ran 0.96x on an H200,
+    /// benches/gpu/RESULTS.md), on CPU it only costs (5-10% of the work).
+    pub pad_to_size_classes: Option<bool>,
     /// Explicit size classes (segment totals, strictly ascending, the largest
     /// equal to `max_segments`). Default: derived from `max_segments`
     /// (B/16, B/8, B/4, B/2, 3B/4, B, rounded up to multiples of 8). More
@@ -62,13 +64,26 @@ pub struct BucketingConfig {
     pub gpu_memory: Option<String>,
 }
 
+impl BucketingConfig {
+    /// Whether batches are padded; unset counts as padded until the run's
+    /// device settles it ([`Self::settle_padding`]).
+    pub fn pads(&self) -> bool {
+        self.pad_to_size_classes.unwrap_or(true)
+    }
+
+    /// Fills in the default for the device: padded on CUDA, not on CPU.
+    pub fn settle_padding(&mut self, on_cuda: bool) {
+        self.pad_to_size_classes.get_or_insert(on_cuda);
+    }
+}
+
 impl Default for BucketingConfig {
     fn default() -> Self {
         Self {
             max_segments: 4096,
             max_rows: 1024,
             max_held_rows: 16384,
-            pad_to_size_classes: true,
+            pad_to_size_classes: None,
             size_classes: None,
             strategy: BatchingStrategy::SegmentBudget,
             gpu_memory: None,
@@ -232,7 +247,7 @@ impl<T: Segmented> Bucketer<T> {
             max_segments: config.max_segments,
             max_rows: config.max_rows,
             max_held_rows: config.max_held_rows,
-            pad_to_size_classes: config.pad_to_size_classes,
+            pad_to_size_classes: config.pads(),
             size_classes: config.effective_size_classes(),
             replan_pending: false,
             by_rows: false,
@@ -530,7 +545,8 @@ mod tests {
         assert_eq!(config.max_segments, 4096);
         assert_eq!(config.max_rows, 1024);
         assert_eq!(config.max_held_rows, 16384);
-        assert!(config.pad_to_size_classes);
+        assert_eq!(config.pad_to_size_classes, None);
+        assert!(config.pads(), "padded until the device settles it");
         assert_eq!(config.size_classes, None);
         assert_eq!(config.validate(), Ok(()));
     }
@@ -703,7 +719,7 @@ mod tests {
         assert_eq!(batches[0].padding_segments(), 324);
 
         let unpadded_config = BucketingConfig {
-            pad_to_size_classes: false,
+            pad_to_size_classes: Some(false),
             ..config(4096, 1024, 16384)
         };
         let mut unpadded = bucketer(&unpadded_config);
@@ -840,7 +856,7 @@ mod tests {
 
     fn run(scenario: &Scenario) -> Result<Run, TestCaseError> {
         let config = BucketingConfig {
-            pad_to_size_classes: scenario.pad,
+            pad_to_size_classes: Some(scenario.pad),
             ..config(scenario.budget, scenario.max_rows, scenario.max_held_rows)
         };
         let mut bucketer =

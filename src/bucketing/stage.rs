@@ -20,6 +20,7 @@ pub fn run_bucketing(
     budget: &AtomicUsize,
     cancel: &AtomicBool,
 ) -> Result<BucketingReport, BucketingError> {
+    crate::cpu::lower_this_thread();
     let mut bucketer = Bucketer::new(config)?;
     let mut stage = Stage {
         segment_bytes,

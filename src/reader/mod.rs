@@ -35,7 +35,7 @@ pub struct ReaderConfig {
     /// A Parquet file, a directory of `*.parquet` files, or a glob such as
     /// `data/2026-12-*/part-*.parquet`. Required.
     pub path: PathBuf,
-    /// Reader threads; 0 picks the number of cores (at most 8). Default 0.
+    /// Reader threads; 0 picks half the cores (at least 1, at most 8). Default 0.
     /// More threads decode more row groups at once, each holding one
     /// record batch in memory.
     #[serde(default)]
@@ -134,7 +134,9 @@ impl ReaderConfig {
 
     pub fn effective_threads(&self) -> usize {
         match self.threads {
-            0 => num_cpus::get().clamp(1, 8),
+            // Half the cores: the model's threads (libtorch's on CPU, the
+            // worker on a GPU) need the rest.
+            0 => (num_cpus::get() / 2).clamp(1, 8),
             n => n,
         }
     }

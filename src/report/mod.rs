@@ -61,6 +61,11 @@ pub struct RunReport {
     pub oom_events: u64,
     pub oom_rejected_rows: u64,
     pub wall_s: f64,
+    /// Seconds from the run's start (before the model loads) to the first
+    /// batch being queued: device set-up, model load, the first row groups
+    /// read and bucketed. Absent when no batch ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_batch_s: Option<f64>,
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
@@ -82,6 +87,14 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationReport>,
     pub batch_records: Vec<BatchReport>,
+}
+
+/// The earliest batch's queueing time, in seconds from the run's start.
+fn time_to_first_batch_s(records: &[BatchReport]) -> Option<f64> {
+    records
+        .iter()
+        .map(|r| r.queued_at_ms / 1e3)
+        .min_by(f64::total_cmp)
 }
 
 fn strategy_name<S: serde::Serializer>(s: &BatchingStrategy, out: S) -> Result<S::Ok, S::Error> {
@@ -109,6 +122,13 @@ pub struct BatchReport {
     pub segments: usize,
     pub padded_segments: usize,
     pub flush_reason: FlushReason,
+    /// Milliseconds from the run's start to the host starting to queue it.
+    pub queued_at_ms: f64,
+    /// Host milliseconds spent queueing it (any wait inside the model's own
+    /// host code included).
+    pub launch_ms: f64,
+    /// Milliseconds from the run's start to its answers on the host.
+    pub done_at_ms: f64,
     /// Host wall time from queueing the batch to its answers on the host
     /// (it overlaps the next batch's queueing).
     pub wall_ms: f64,
@@ -160,6 +180,9 @@ impl From<&BatchRecord> for BatchReport {
             segments: r.segments,
             padded_segments: r.padded_segments,
             flush_reason: r.flush_reason,
+            queued_at_ms: r.queued_at_ms,
+            launch_ms: r.launch_ms,
+            done_at_ms: r.done_at_ms,
             wall_ms: r.wall_ms,
             device_ms: r.device_ms,
             split_depth: r.split_depth,
@@ -264,6 +287,7 @@ impl RunReport {
             oom_events: stages.worker.oom_events,
             oom_rejected_rows: stages.rejected_as(RejectKind::OomSingleRow),
             wall_s,
+            time_to_first_batch_s: time_to_first_batch_s(&records),
             rows_per_s: stages.rows_out().saturating_add(stages.rows_rejected()) as f64
                 / wall_s.max(1e-9),
             segments_per_s: bucketing.segments as f64 / wall_s.max(1e-9),

@@ -77,8 +77,10 @@ pub struct ModelConfig {
     /// Convert the model's 4-D weights to channels-last memory layout, so
     /// convolutions run NHWC (tensor cores on recent GPUs favour it: 1.45x
     /// faster and half the memory for the seed's convs in bf16 on an H200,
-    /// benches/gpu/RESULTS.md). Default: on for CUDA, off for CPU. The
-    /// numbers are the same up to rounding.
+    /// benches/gpu/RESULTS.md; oneDNN's CPU convolutions too: digits-small
+    /// ran 1.3-1.5x faster on a 2-core CPU, benches/cpu/results.md).
+    /// Default: on when the model supports it, on any device. The numbers
+    /// are the same up to rounding.
     pub channels_last: Option<bool>,
     /// TorchScript's profiling executor, which specialises the graph to the
     /// shapes it has seen. Default true (libtorch's default). Batches whose
@@ -219,6 +221,8 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
 /// What the worker needs besides its channels, built before any thread starts.
 pub struct Worker {
     model: Model,
+    /// When the run started: batch records' timestamps count from here.
+    epoch: Instant,
     labels: Arc<Vec<String>>,
     inputs: InputSpec,
     cudnn_benchmark: bool,
@@ -233,6 +237,7 @@ struct InFlight {
     launched: model::Launched,
     split_depth: u32,
     started: Instant,
+    launch_ms: f64,
     memory: Option<MemoryStats>,
 }
 
@@ -255,9 +260,13 @@ impl Worker {
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let mut model = Model::load(config, device, &inputs, labels.len())?;
+        if device.is_cuda() {
+            // Before the feeding threads start, so they keep off its core.
+            crate::cpu::reserve_core_for_worker();
+        }
         let channels_last = config
             .channels_last
-            .unwrap_or(device.is_cuda() && model.supports_channels_last());
+            .unwrap_or(model.supports_channels_last());
         if channels_last {
             model
                 .convert_to_channels_last()
@@ -268,6 +277,7 @@ impl Worker {
         }
         let worker = Self {
             model,
+            epoch: Instant::now(),
             labels,
             inputs,
             cudnn_benchmark,
@@ -294,6 +304,12 @@ impl Worker {
         self.model.launch(&batch)?.wait().map(|_| ())
     }
 
+    /// Counts the batch records' timestamps from `epoch` (the run's start)
+    /// instead of from the model's loading.
+    pub fn count_time_from(&mut self, epoch: Instant) {
+        self.epoch = epoch;
+    }
+
     /// Runs until the batch channel closes or the run is cancelled. `budget`
     /// is lowered here after an out-of-memory; the bucketing stage reads it.
     ///
@@ -312,6 +328,13 @@ impl Worker {
         // owns the model.
         let _no_grad = tch::no_grad_guard();
         let _inference = alloc::InferenceModeGuard::enter();
+        if self.model.device.is_cuda() {
+            crate::cpu::claim_worker_core();
+            // The worker's host work is small copies. libtorch would spread
+            // them over an OpenMP team made by this thread, on this thread's
+            // one core, and wait on its slowest member.
+            tch::set_num_threads(1);
+        }
         let mut report = WorkerReport::default();
         let mut in_flight: Option<InFlight> = None;
         for batch in batches {
@@ -352,13 +375,14 @@ impl Worker {
         split_depth: u32,
         report: &mut WorkerReport,
     ) -> Result<Launch, WorkerError> {
-        self.reset_peaks()?;
         let started = Instant::now();
+        self.reset_peaks()?;
         let launched = self.forward(&batch);
         report.busy += started.elapsed();
         Ok(match launched {
             Ok(launched) => Launch::Queued(InFlight {
                 memory: self.memory_stats()?,
+                launch_ms: started.elapsed().as_secs_f64() * 1e3,
                 batch,
                 launched,
                 split_depth,
@@ -389,6 +413,9 @@ impl Worker {
                     segments: batch.n_segments,
                     padded_segments: batch.padded_segments,
                     flush_reason: batch.flush_reason,
+                    queued_at_ms: self.millis_since_epoch(flight.started),
+                    launch_ms: flight.launch_ms,
+                    done_at_ms: self.millis_since_epoch(Instant::now()),
                     wall_ms: flight.started.elapsed().as_secs_f64() * 1e3,
                     device_ms: predicted.device_ms,
                     split_depth: flight.split_depth,
@@ -574,6 +601,10 @@ impl Worker {
             Device::Cuda(i) => Some(i),
             _ => None,
         }
+    }
+
+    fn millis_since_epoch(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64() * 1e3
     }
 
     fn reset_peaks(&self) -> Result<(), WorkerError> {
