@@ -38,6 +38,22 @@ enum Command {
     /// Measure the model's device memory against segments per batch and
     /// print the largest budget that keeps a run under a memory target.
     Calibrate(CalibrateArgs),
+    /// Describe Parquet input without predicting: rows, schema, suggested
+    /// columns, segments per row and, with a pipeline, its batch plan.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InspectArgs {
+    /// Parquet files, directories or globs (default: the pipeline's input).
+    paths: Vec<PathBuf>,
+    /// A pipeline file: show how it would batch the input.
+    #[arg(long)]
+    pipeline: Option<PathBuf>,
+    /// A calibration saved by `calibrate --json`: the expected peak memory,
+    /// and the budget for `max_segments = "auto"`.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -90,6 +106,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args, cancel.clone()),
         Command::Calibrate(args) => calibrate(args).map(|()| EXIT_OK),
+        Command::Inspect(args) => inspect(args).map(|()| EXIT_OK),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -146,6 +163,20 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     } else {
         EXIT_OK
     })
+}
+
+fn inspect(args: InspectArgs) -> Result<()> {
+    let request = crate::inspect::InspectRequest {
+        paths: args.paths,
+        pipeline: args
+            .pipeline
+            .as_deref()
+            .map(PipelineConfig::load)
+            .transpose()?,
+        calibration: args.calibration,
+    };
+    print!("{}", crate::inspect::inspect(&request)?);
+    Ok(())
 }
 
 fn calibrate(args: CalibrateArgs) -> Result<()> {

@@ -5,6 +5,7 @@ mod bucketing;
 mod cli;
 mod config;
 mod cpu;
+mod inspect;
 mod message;
 mod pipeline;
 mod reader;

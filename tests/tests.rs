@@ -6,6 +6,7 @@
 //!   reader accepts; several files; empty files.
 //! * `errors`: each failure is exit code 1 and one line naming its cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
+//! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -15,5 +16,6 @@ mod util;
 mod errors;
 mod gpu;
 mod inputs;
+mod ops;
 mod recovery;
 mod sample;

@@ -9,6 +9,7 @@
 mod columns;
 mod decode;
 mod discover;
+mod survey;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,9 @@ use parquet::arrow::ProjectionMask;
 use serde::Deserialize;
 
 pub use columns::{ColumnMapping, IdKind};
+pub use survey::{
+    column_roles, segment_counts, survey_files, ColumnRole, FileSurvey, SegmentCounts,
+};
 
 use crate::message::{RowChunk, Sources};
 

@@ -1,0 +1,101 @@
+//! The operator's view: `inspect` before a run, `check`, JSON logs and
+//! Prometheus metrics during one.
+
+use std::process::Command;
+
+use crate::util::*;
+
+fn segpredict(args: &[&str]) -> RunResult {
+    let dir = std::env::temp_dir();
+    run_command(Command::new(bin()).args(args), &dir)
+}
+
+/// The block between `[readers.columns]` and the next blank line.
+fn suggested_columns(inspect_stdout: &str) -> String {
+    let start = inspect_stdout
+        .find("[readers.columns]")
+        .unwrap_or_else(|| panic!("no columns block in:\n{inspect_stdout}"));
+    let block = &inspect_stdout[start..];
+    let end = block.find("\n\n").unwrap_or(block.len());
+    block[..end].to_string()
+}
+
+#[test]
+fn inspect_prints_the_histogram_and_the_batch_plan() {
+    let dir = tmp();
+    let pipeline =
+        Pipeline::new(sample(), dir.path().join("out")).write(&dir.path().join("p.toml"));
+    let sample = sample();
+    let result = segpredict(&[
+        "inspect",
+        sample.to_str().unwrap(),
+        "--pipeline",
+        pipeline.to_str().unwrap(),
+    ]);
+    result.expect_code(0);
+    let out = &result.stdout;
+    assert!(out.contains("1 file(s), 2000 rows, 4 row groups"), "{out}");
+    // Log2 bins of segments per row, every row in one of them.
+    assert!(out.contains("segments per row (`segments`)"), "{out}");
+    let binned: u64 = out
+        .lines()
+        .filter(|l| l.trim_end().ends_with('#'))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(binned, 2000, "{out}");
+    assert!(out.contains("        16-31 "), "{out}");
+    // The plan at the pipeline's budget: every row batched, padded shapes named.
+    assert!(
+        out.contains("batch plan (segment_budget, budget 4096 segments"),
+        "{out}"
+    );
+    assert!(out.contains(" 2000 rows, 95266 segments + "), "{out}");
+    assert!(
+        out.contains("padded shapes (segments x batches): 4096 x"),
+        "{out}"
+    );
+    assert!(out.contains("no row is over the budget"), "{out}");
+    // Nothing was written.
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn inspect_names_rows_over_a_small_budget() {
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.max_segments = 1024;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let result = segpredict(&["inspect", "--pipeline", file.to_str().unwrap()]);
+    result.expect_code(0);
+    // The sample has 4 rows of 1024 or more segments, the largest 2500.
+    assert!(
+        result
+            .stdout
+            .contains("row(s) over the budget run alone, the largest 2500 segments"),
+        "{}",
+        result.stdout
+    );
+}
+
+#[test]
+fn inspect_suggested_columns_pasted_into_a_pipeline_run() {
+    let sample = sample();
+    let inspected = segpredict(&["inspect", sample.to_str().unwrap()]);
+    inspected.expect_code(0);
+    let columns = suggested_columns(&inspected.stdout);
+    assert!(columns.contains("shape = [1, 8, 8]"), "{columns}");
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let q = |p: &std::path::Path| toml_string(&p.display().to_string());
+    let text = format!(
+        "[readers]\npath = {}\n\n{columns}\n\n[model]\npath = {}\nlabels = {}\ndevice = \"cpu\"\n\n[writers]\ndir = {}\n",
+        q(&sample),
+        q(&model()),
+        q(&labels()),
+        q(&out)
+    );
+    let file = dir.path().join("pasted.toml");
+    std::fs::write(&file, &text).unwrap();
+    run_file(&file, &[], &out).expect_code(0);
+    assert_eq!(read_output(&out).len(), SAMPLE_ROWS, "{text}");
+}
