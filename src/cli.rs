@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Overrides, PipelineConfig};
+use crate::logging::{self, LogFormat};
 use crate::pipeline;
 
 /// Exit codes a batch scheduler can act on.
@@ -29,6 +30,10 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How stderr lines are written: text for a person, json for a log
+    /// pipeline (one object per line, no colour, no progress bar).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +46,14 @@ enum Command {
     /// Describe Parquet input without predicting: rows, schema, suggested
     /// columns, segments per row and, with a pipeline, its batch plan.
     Inspect(InspectArgs),
+    /// Print a shell completion script (e.g. `segpredict completions bash >
+    /// /etc/bash_completion.d/segpredict`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `segpredict man > segpredict.1`.
+    Man,
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,37 +113,27 @@ struct RunArgs {
 }
 
 pub fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     let cancel = Arc::new(AtomicBool::new(false));
     let result = match cli.command {
         Command::Run(args) => run(args, cancel.clone()),
         Command::Calibrate(args) => calibrate(args).map(|()| EXIT_OK),
         Command::Inspect(args) => inspect(args).map(|()| EXIT_OK),
+        Command::Completions { shell } => completions(shell).map(|()| EXIT_OK),
+        Command::Man => man().map(|()| EXIT_OK),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) if e.downcast_ref::<pipeline::Interrupted>().is_some() => {
-            eprintln!("segpredict: {e:#}");
+            logging::notice(&format!("{e:#}"));
             ExitCode::from(EXIT_INTERRUPTED)
         }
         Err(e) => {
-            eprintln!("segpredict: error: {e:#}");
+            logging::error(&e);
             ExitCode::from(EXIT_ERROR)
         }
     }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SEGPREDICT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Colour codes help a person at a terminal and garble a job's log file.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
 }
 
 fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
@@ -154,11 +157,11 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     let report = pipeline::run(&config, allocator, cancel)?;
     println!("{}", report.summary());
     Ok(if report.rows_rejected > 0 {
-        eprintln!(
-            "segpredict: {} row(s) rejected; see {}",
+        logging::notice(&format!(
+            "{} row(s) rejected; see {}",
             report.rows_rejected,
             config.writers.dir.join("_rejects.parquet").display()
-        );
+        ));
         EXIT_REJECTS
     } else {
         EXIT_OK
@@ -177,6 +180,18 @@ fn inspect(args: InspectArgs) -> Result<()> {
     };
     print!("{}", crate::inspect::inspect(&request)?);
     Ok(())
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<()> {
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, "segpredict", &mut std::io::stdout());
+    Ok(())
+}
+
+fn man() -> Result<()> {
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut std::io::stdout())
+        .context("writing the manual page")
 }
 
 fn calibrate(args: CalibrateArgs) -> Result<()> {

@@ -442,7 +442,13 @@ fn describe_plan(
     counts: &[SegmentCounts],
     out: &mut String,
 ) -> Result<()> {
-    let bucketing = plan_config(config, calibration)?;
+    let bucketing = match plan_config(config, calibration) {
+        Ok(bucketing) => bucketing,
+        Err(e) => {
+            let _ = writeln!(out, "\nno batch plan: {e:#}");
+            return Ok(());
+        }
+    };
     let summary = plan(&bucketing, counts)?;
     let strategy = match bucketing.strategy {
         crate::bucketing::BatchingStrategy::SegmentBudget => {

@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod cpu;
 mod inspect;
+mod logging;
 mod message;
 mod pipeline;
 mod reader;

@@ -332,9 +332,8 @@ fn show_progress(
     done: &AtomicBool,
     cancel: &AtomicBool,
 ) {
-    use std::io::IsTerminal;
     let tick = std::time::Duration::from_millis(200);
-    let bar = std::io::stderr().is_terminal().then(|| {
+    let bar = crate::logging::draws_progress_bar().then(|| {
         let bar = indicatif::ProgressBar::new(total_rows);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -351,15 +350,21 @@ fn show_progress(
         match &bar {
             Some(bar) => bar.set_position(rows),
             None if last_log.elapsed().as_secs() >= 30 => {
-                tracing::info!(rows, total_rows, "progress");
+                log_progress(rows, total_rows);
                 last_log = Instant::now();
             }
             None => {}
         }
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
+    match bar {
+        Some(bar) => bar.finish_and_clear(),
+        // The log's last progress line says where the stages ended.
+        None => log_progress(rows_written.load(Ordering::Relaxed), total_rows),
     }
+}
+
+fn log_progress(rows: u64, total_rows: u64) {
+    tracing::info!(target: crate::logging::PROGRESS_TARGET, rows, total_rows, "progress");
 }
 
 /// A stage's result, keeping the first error; a panic cancels the run too.

@@ -99,3 +99,72 @@ fn inspect_suggested_columns_pasted_into_a_pipeline_run() {
     run_file(&file, &[], &out).expect_code(0);
     assert_eq!(read_output(&out).len(), SAMPLE_ROWS, "{text}");
 }
+
+/// Every stderr line is one JSON object: no colour codes, no redraws.
+fn assert_json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    assert!(!stderr.contains('\u{1b}'), "escape codes in:\n{stderr}");
+    assert!(!stderr.contains('\r'), "carriage returns in:\n{stderr}");
+    stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nall of stderr:\n{stderr}"))
+        })
+        .collect()
+}
+
+#[test]
+fn json_logs_are_json_lines_progress_included() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 300);
+    let result = Pipeline::new(input, dir.path().join("out")).run(&["--log-format", "json"]);
+    result.expect_code(0);
+    let events = assert_json_lines(&result.stderr);
+    let progress: Vec<_> = events
+        .iter()
+        .filter(|e| e["fields"]["message"] == "progress")
+        .collect();
+    let last = progress
+        .last()
+        .unwrap_or_else(|| panic!("no progress line: {}", result.stderr));
+    assert_eq!(last["fields"]["rows"], 300, "{last}");
+    assert_eq!(last["fields"]["total_rows"], 300, "{last}");
+    assert_eq!(last["level"], "INFO");
+}
+
+#[test]
+fn json_logs_carry_the_error_that_ends_the_run() {
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.segments_column = "no_such_column".into();
+    let result = pipeline.run(&["--log-format", "json"]);
+    assert_ne!(result.code, 0, "{}", result.describe());
+    let events = assert_json_lines(&result.stderr);
+    let error = events
+        .iter()
+        .find(|e| e["level"] == "ERROR")
+        .unwrap_or_else(|| panic!("no ERROR event: {}", result.stderr));
+    let text = error["fields"]["error"].as_str().unwrap();
+    assert!(text.contains("no_such_column"), "{error}");
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_command_line_definitions() {
+    let bash = segpredict(&["completions", "bash"]);
+    bash.expect_code(0);
+    assert!(bash.stdout.contains("_segpredict()"), "{}", bash.stdout);
+    assert!(bash.stdout.contains("inspect"), "{}", bash.stdout);
+    for shell in ["zsh", "fish"] {
+        let out = segpredict(&["completions", shell]);
+        out.expect_code(0);
+        assert!(
+            out.stdout.contains("--log-format"),
+            "{shell}: {}",
+            out.stdout
+        );
+    }
+    let man = segpredict(&["man"]);
+    man.expect_code(0);
+    assert!(man.stdout.contains(".TH segpredict 1"), "{}", man.stdout);
+    assert!(man.stdout.contains("calibrate"), "{}", man.stdout);
+}
