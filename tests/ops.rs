@@ -157,11 +157,7 @@ fn completions_and_man_page_come_from_the_command_line_definitions() {
     for shell in ["zsh", "fish"] {
         let out = segpredict(&["completions", shell]);
         out.expect_code(0);
-        assert!(
-            out.stdout.contains("--log-format"),
-            "{shell}: {}",
-            out.stdout
-        );
+        assert!(out.stdout.contains("log-format"), "{shell}: {}", out.stdout);
     }
     let man = segpredict(&["man"]);
     man.expect_code(0);
