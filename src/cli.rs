@@ -43,6 +43,10 @@ enum Command {
     /// Measure the model's device memory against segments per batch and
     /// print the largest budget that keeps a run under a memory target.
     Calibrate(CalibrateArgs),
+    /// Check everything `run` checks before its first row (input files and
+    /// columns, model, labels against the model's outputs, device, output
+    /// directory) and stop; exit codes as `run`.
+    Check(CheckArgs),
     /// Describe Parquet input without predicting: rows, schema, suggested
     /// columns, segments per row and, with a pipeline, its batch plan.
     Inspect(InspectArgs),
@@ -54,6 +58,27 @@ enum Command {
     },
     /// Print the manual page (roff), e.g. `segpredict man > segpredict.1`.
     Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The pipeline file (TOML).
+    pipeline: PathBuf,
+    /// Input file, directory or glob (overrides [readers] path).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Output directory (overrides [writers] dir).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N (overrides [model] device).
+    #[arg(long)]
+    device: Option<String>,
+    /// Segment budget per batch (overrides [bucketing] max_segments).
+    #[arg(long)]
+    max_segments: Option<usize>,
+    /// As `run --overwrite`: earlier output would be replaced.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -119,6 +144,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args, cancel.clone()),
         Command::Calibrate(args) => calibrate(args).map(|()| EXIT_OK),
+        Command::Check(args) => check(args).map(|()| EXIT_OK),
         Command::Inspect(args) => inspect(args).map(|()| EXIT_OK),
         Command::Completions { shell } => completions(shell).map(|()| EXIT_OK),
         Command::Man => man().map(|()| EXIT_OK),
@@ -166,6 +192,30 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     } else {
         EXIT_OK
     })
+}
+
+fn check(args: CheckArgs) -> Result<()> {
+    let mut config = PipelineConfig::load(&args.pipeline)?;
+    config.apply(&Overrides {
+        input: args.input,
+        output: args.output,
+        device: args.device,
+        max_segments: args.max_segments,
+        threads: None,
+    });
+    config.writers.overwrite |= args.overwrite;
+    pipeline::configure_allocator(&config);
+    let checked = pipeline::check(&config)?;
+    println!(
+        "ok: {} file(s), {} rows in {} row groups; model answers {} labels on {}; output {}",
+        checked.files,
+        checked.rows,
+        checked.row_groups,
+        checked.labels,
+        crate::report::device_name(checked.device),
+        config.writers.dir.display()
+    );
+    Ok(())
 }
 
 fn inspect(args: InspectArgs) -> Result<()> {

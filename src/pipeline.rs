@@ -156,6 +156,46 @@ pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibratio
     Ok(loaded.model.calibrate(&loaded.inputs, target)?)
 }
 
+/// What `check` found: the run would start.
+#[derive(Debug)]
+pub struct Checked {
+    pub files: usize,
+    pub rows: u64,
+    pub row_groups: usize,
+    pub device: tch::Device,
+    pub labels: usize,
+}
+
+/// Everything [`run`] checks before its first row, in the same order and with
+/// the same errors, and nothing else: input files and columns, bucketing,
+/// model and labels (one tiny forward pass), device, the calibration target,
+/// and the output directory, which is left untouched.
+pub fn check(config: &PipelineConfig) -> Result<Checked> {
+    Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
+    let plan = config.readers.plan()?;
+    let loaded = load_model(config)?;
+    if config.auto_budget {
+        let target = config
+            .bucketing
+            .gpu_memory
+            .as_deref()
+            .ok_or(CalibrationError::NoTarget)
+            .and_then(parse_size)?;
+        if !loaded.device.is_cuda() {
+            bail!(CalibrationError::NotCuda);
+        }
+        tracing::info!(target_mib = target >> 20, "the budget will be calibrated");
+    }
+    config.writers.check_dir()?;
+    Ok(Checked {
+        files: plan.sources.len(),
+        rows: plan.total_rows,
+        row_groups: plan.row_groups(),
+        device: loaded.device,
+        labels: loaded.labels.len(),
+    })
+}
+
 /// The model on its device, with what it was loaded for.
 struct LoadedModel {
     labels: Arc<Vec<String>>,
@@ -172,6 +212,14 @@ fn load_model(config: &PipelineConfig) -> Result<LoadedModel> {
     let cudnn_benchmark = set_cudnn_benchmark(config, device)?;
     let inputs = config.readers.columns.input_spec();
     let model = Worker::new(&config.model, device, &inputs, labels.len())?;
+    model.probe(&inputs).with_context(|| {
+        format!(
+            "model {} with labels {} ({} labels)",
+            config.model.path.display(),
+            config.model.labels.display(),
+            labels.len()
+        )
+    })?;
     Ok(LoadedModel {
         labels,
         device,

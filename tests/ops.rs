@@ -164,3 +164,77 @@ fn completions_and_man_page_come_from_the_command_line_definitions() {
     assert!(man.stdout.contains(".TH segpredict 1"), "{}", man.stdout);
     assert!(man.stdout.contains("calibrate"), "{}", man.stdout);
 }
+
+fn check(pipeline: &std::path::Path) -> RunResult {
+    segpredict(&["check", pipeline.to_str().unwrap()])
+}
+
+#[test]
+fn check_passes_a_good_pipeline_and_touches_nothing() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let file = Pipeline::new(sample(), &out).write(&dir.path().join("p.toml"));
+    let result = check(&file);
+    result.expect_code(0);
+    assert!(
+        result
+            .stdout
+            .contains("2000 rows in 4 row groups; model answers 10 labels on cpu"),
+        "{}",
+        result.describe()
+    );
+    assert!(!out.exists(), "check created the output directory");
+}
+
+/// A labels file one line short of the model's 10 outputs: `check` fails as
+/// `run` does, with the same code and the same line, before any output.
+#[test]
+fn check_catches_labels_fewer_than_the_model_outputs() {
+    let dir = tmp();
+    let labels = dir.path().join("short.labels.txt");
+    let nine: Vec<String> = std::fs::read_to_string(crate::util::labels())
+        .unwrap()
+        .lines()
+        .take(9)
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&labels, nine.join("\n")).unwrap();
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(sample(), &out);
+    pipeline.labels = labels;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let checked = check(&file);
+    assert!(
+        checked.stderr.contains("expected [1, 9] (9 labels)"),
+        "{}",
+        checked.describe()
+    );
+    assert!(!out.exists(), "check created the output directory");
+    let ran = run_file(&file, &[], &out);
+    assert_ne!(checked.code, 0, "{}", checked.describe());
+    assert_eq!(
+        checked.code,
+        ran.code,
+        "check:\n{}\nrun:\n{}",
+        checked.describe(),
+        ran.describe()
+    );
+    assert_eq!(checked.stderr, ran.stderr);
+    // run found it before its first row: nothing was written.
+    assert!(part_files(&out).is_empty());
+}
+
+#[test]
+fn check_refuses_earlier_output_as_run_does_and_leaves_it() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("_SUCCESS"), "").unwrap();
+    let file = Pipeline::new(sample(), &out).write(&dir.path().join("p.toml"));
+    let checked = check(&file);
+    let ran = run_file(&file, &[], &out);
+    assert_ne!(checked.code, 0, "{}", checked.describe());
+    assert_eq!(checked.code, ran.code);
+    assert_eq!(checked.stderr, ran.stderr);
+    assert!(out.join("_SUCCESS").exists());
+}

@@ -82,6 +82,16 @@ pub struct MemorySummary {
     pub ooms: i64,
 }
 
+/// A device as users write it: `cpu`, `cuda:0`.
+pub fn device_name(device: tch::Device) -> String {
+    match device {
+        tch::Device::Cpu => "cpu".into(),
+        tch::Device::Cuda(index) => format!("cuda:{index}"),
+        tch::Device::Mps => "mps".into(),
+        tch::Device::Vulkan => "vulkan".into(),
+    }
+}
+
 /// The process's peak resident set size so far, from `/proc/self/status`.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod calibrate;
 mod model;
+mod probe;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -121,6 +122,8 @@ pub enum WorkerError {
         segments: usize,
         message: String,
     },
+    #[error("one tiny forward pass failed: {0}")]
+    Probe(String),
     #[error("reading allocator statistics: {0}")]
     Stats(String),
     #[error(transparent)]

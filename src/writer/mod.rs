@@ -5,6 +5,7 @@
 //! is complete: a file under a final name is always whole. Rejected rows are
 //! collected and written once, at the end, to `_rejects.parquet`.
 
+mod check;
 mod parts;
 mod rejects;
 
