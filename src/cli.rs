@@ -11,7 +11,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Overrides, PipelineConfig};
 use crate::logging::{self, LogFormat};
-use crate::pipeline;
+use crate::{pipeline, report, worker};
 
 /// Exit codes a batch scheduler can act on.
 pub const EXIT_OK: u8 = 0;
@@ -176,7 +176,7 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
         config.bucketing.gpu_memory = Some(target);
         config.auto_budget = true;
     }
-    let allocator = pipeline::configure_allocator(&config);
+    let allocator = worker::configure_allocator(&config.model);
     let on_signal = cancel.clone();
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("installing the Ctrl-C handler")?;
@@ -186,7 +186,7 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
         logging::notice(&format!(
             "{} row(s) rejected; see {}",
             report.rows_rejected,
-            config.writers.dir.join("_rejects.parquet").display()
+            config.writers.layout().rejects().display()
         ));
         EXIT_REJECTS
     } else {
@@ -204,7 +204,7 @@ fn check(args: CheckArgs) -> Result<()> {
         threads: None,
     });
     config.writers.overwrite |= args.overwrite;
-    pipeline::configure_allocator(&config);
+    worker::configure_allocator(&config.model);
     let checked = pipeline::check(&config)?;
     println!(
         "ok: {} file(s), {} rows in {} row groups; model answers {} labels on {}; output {}",
@@ -250,14 +250,14 @@ fn calibrate(args: CalibrateArgs) -> Result<()> {
         device: args.device,
         ..Overrides::default()
     });
-    let allocator = pipeline::configure_allocator(&config);
+    let allocator = worker::configure_allocator(&config.model);
     let calibration = pipeline::calibrate(&config, &args.gpu_memory)?;
     println!(
         "{}",
-        pipeline::describe_calibration(&calibration, allocator.as_deref())
+        report::describe_calibration(&calibration, allocator.as_deref())
     );
     if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&calibration)?;
+        let text = serde_json::to_string_pretty(&report::CalibrationReport::from(&calibration))?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

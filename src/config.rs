@@ -38,8 +38,45 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("invalid pipeline file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error("invalid pipeline file {path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: TomlError,
+    },
+}
+
+/// A TOML error in one line that names the key and its line. toml's own
+/// message spans several lines with a source excerpt, which a batch job's
+/// log does not want; the error itself is kept whole for `Debug`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", one_line(.line, .error))]
+pub struct TomlError {
+    /// 1-based line of the offending text, when toml knows it.
+    pub line: Option<usize>,
+    pub error: Box<toml::de::Error>,
+}
+
+impl TomlError {
+    fn new(text: &str, error: toml::de::Error) -> Self {
+        let line = error.span().map(|span| {
+            1 + text
+                .get(..span.start)
+                .map_or(0, |t| t.matches('\n').count())
+        });
+        Self {
+            line,
+            error: Box::new(error),
+        }
+    }
+}
+
+fn one_line(line: &Option<usize>, error: &toml::de::Error) -> String {
+    let message = error.message().trim().replace('\n', " ");
+    match line {
+        Some(line) => format!("line {line}: {message}"),
+        None => message,
+    }
 }
 
 /// Values given on the command line; each replaces the file's value.
@@ -60,9 +97,9 @@ impl PipelineConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut config = Self::parse(&text).map_err(|message| ConfigError::Parse {
+        let mut config = Self::parse(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
-            message,
+            source,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
@@ -70,16 +107,14 @@ impl PipelineConfig {
     }
 
     /// Parses TOML text; the error is one line naming the offending key.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
+    pub fn parse(text: &str) -> Result<Self, TomlError> {
+        let error = |e| TomlError::new(text, e);
+        let mut table: toml::Table = toml::from_str(text).map_err(error)?;
         if !take_auto_budget(&mut table) {
             // Straight from the text, so errors keep their line numbers.
-            return toml::from_str(text).map_err(|e| one_line_toml_error(text, &e));
+            return toml::from_str(text).map_err(error);
         }
-        let mut config: Self = table
-            .try_into()
-            .map_err(|e: toml::de::Error| one_line_toml_error(text, &e))?;
+        let mut config: Self = table.try_into().map_err(error)?;
         config.auto_budget = true;
         Ok(config)
     }
@@ -156,21 +191,6 @@ fn take_auto_budget(table: &mut toml::Table) -> bool {
     true
 }
 
-/// toml's errors span several lines with a source excerpt; a batch job's log
-/// wants one line that still names the key and where it is.
-fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
-    let message = e.message().trim().replace('\n', " ");
-    match e.span() {
-        Some(span) => {
-            let line = 1 + text
-                .get(..span.start)
-                .map_or(0, |t| t.matches('\n').count());
-            format!("line {line}: {message}")
-        }
-        None => message,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,7 +229,7 @@ mod tests {
     #[test]
     fn unknown_key_is_named_with_its_line() {
         let text = MINIMAL.replace("[writers]", "[writers]\ncompresion = \"zstd\"");
-        let error = PipelineConfig::parse(&text).unwrap_err();
+        let error = PipelineConfig::parse(&text).unwrap_err().to_string();
         assert!(error.contains("compresion"), "{error}");
         // The key sits on line 11 of the text (which starts with a newline).
         assert!(error.starts_with("line 11:"), "{error}");

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use crate::bucketing::{Bucketer, BucketingConfig, FlushReason, Segmented};
+use crate::bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
 use crate::config::PipelineConfig;
+use crate::message::Segmented;
 use crate::reader::{self, ColumnRole, FileSurvey, SegmentCounts};
 
 /// What to inspect.
@@ -192,42 +193,39 @@ fn suggest_columns(
         Some(line) => block += line,
         None => block.push_str("# no column can hold segments\n"),
     }
-    let extras: Vec<String> = roles
-        .iter()
-        .filter(|(name, _)| Some(name) != id.as_ref() && Some(name) != segments.as_ref())
-        .filter_map(|(name, role)| match role {
-            ColumnRole::RaggedInts => {
-                Some(format!("{{ name = {}, kind = \"ragged\" }}", quoted(name)))
-            }
-            ColumnRole::Vector { width } => Some(format!(
-                "{{ name = {}, kind = \"vector\", width = {width} }}",
-                quoted(name)
-            )),
-            _ => None,
-        })
-        .collect();
-    let scalars: Vec<String> = roles
-        .iter()
-        .filter(|(name, _)| Some(name) != id.as_ref())
-        .filter_map(|(name, role)| match role {
-            ColumnRole::Int | ColumnRole::Float => Some(format!(
-                "{{ name = {}, kind = \"{}\" }}",
-                quoted(name),
-                if matches!(role, ColumnRole::Int) {
-                    "int"
-                } else {
-                    "float"
-                }
-            )),
-            _ => None,
-        })
-        .collect();
-    block.push_str("# the model is called forward(segments, segment_counts, *extras): keep the extras it takes, in its order\n");
-    let _ = writeln!(block, "extras = [{}]", extras.join(", "));
-    if !scalars.is_empty() {
-        let _ = writeln!(block, "# also possible extras: {}", scalars.join(", "));
-    }
+    let taken = [id.as_deref(), segments.as_deref()];
+    block += &extras_lines(roles, &taken);
     Suggestion { block, segments }
+}
+
+/// Lists and vectors become extras; scalar numbers are only named, since a
+/// label or weight column is as likely as a model input.
+fn extras_lines(roles: &[(String, ColumnRole)], taken: &[Option<&str>]) -> String {
+    let free = roles
+        .iter()
+        .filter(|(name, _)| !taken.contains(&Some(name.as_str())));
+    let mut extras = Vec::new();
+    let mut scalars = Vec::new();
+    for (name, role) in free {
+        let name = quoted(name);
+        match role {
+            ColumnRole::RaggedInts => {
+                extras.push(format!("{{ name = {name}, kind = \"ragged\" }}"))
+            }
+            ColumnRole::Vector { width } => extras.push(format!(
+                "{{ name = {name}, kind = \"vector\", width = {width} }}"
+            )),
+            ColumnRole::Int => scalars.push(format!("{{ name = {name}, kind = \"int\" }}")),
+            ColumnRole::Float => scalars.push(format!("{{ name = {name}, kind = \"float\" }}")),
+            _ => {}
+        }
+    }
+    let mut lines = String::from("# the model is called forward(segments, segment_counts, *extras): keep the extras it takes, in its order\n");
+    let _ = writeln!(lines, "extras = [{}]", extras.join(", "));
+    if !scalars.is_empty() {
+        let _ = writeln!(lines, "# also possible extras: {}", scalars.join(", "));
+    }
+    lines
 }
 
 /// An integer or string column named `id` first, then one ending in `id`,
@@ -416,23 +414,13 @@ impl PlanSummary {
         } else {
             *self.shapes.entry(batch.padded_segments).or_insert(0) += 1;
         }
-        *self.reasons.entry(reason_name(batch.reason)).or_insert(0) += 1;
+        *self.reasons.entry(batch.reason.as_str()).or_insert(0) += 1;
     }
 
     /// The largest batch the model will see, oversized rows included.
     fn largest_shape(&self) -> usize {
         let planned = self.shapes.keys().next_back().copied().unwrap_or(0);
         planned.max(self.oversized.iter().copied().max().unwrap_or(0))
-    }
-}
-
-fn reason_name(reason: FlushReason) -> &'static str {
-    match reason {
-        FlushReason::BudgetReached => "budget reached",
-        FlushReason::RowCapReached => "row cap reached",
-        FlushReason::MemoryBound => "held-rows bound",
-        FlushReason::EndOfInput => "end of input",
-        FlushReason::Oversized => "oversized row alone",
     }
 }
 
@@ -450,13 +438,22 @@ fn describe_plan(
         }
     };
     let summary = plan(&bucketing, counts)?;
+    describe_batches(&bucketing, &summary, out);
+    match calibration {
+        Some(c) => describe_memory(c, summary.largest_shape(), out),
+        None => out.push_str(
+            "  (for the expected peak memory, pass --calibration FILE saved by `segpredict calibrate --json FILE`)\n",
+        ),
+    }
+    Ok(())
+}
+
+fn describe_batches(bucketing: &BucketingConfig, summary: &PlanSummary, out: &mut String) {
     let strategy = match bucketing.strategy {
-        crate::bucketing::BatchingStrategy::SegmentBudget => {
+        BatchingStrategy::SegmentBudget => {
             format!("segment_budget, budget {} segments", bucketing.max_segments)
         }
-        crate::bucketing::BatchingStrategy::Rows => {
-            format!("rows, {} rows a batch", bucketing.max_rows)
-        }
+        BatchingStrategy::Rows => format!("rows, {} rows a batch", bucketing.max_rows),
     };
     let _ = writeln!(
         out,
@@ -489,35 +486,34 @@ fn describe_plan(
         .iter()
         .map(|(reason, n)| format!("{reason} {n}"))
         .collect();
-    let _ = writeln!(out, "  why batches left: {}", reasons.join(", "));
-    if summary.oversized.is_empty() {
-        let _ = writeln!(out, "  no row is over the budget");
-    } else {
-        let _ = writeln!(
-            out,
-            "  {} row(s) over the budget run alone, the largest {} segments",
-            summary.oversized.len(),
-            summary.oversized.iter().max().unwrap_or(&0)
-        );
-    }
-    match calibration {
-        Some(c) => {
-            let largest = summary.largest_shape();
-            let expected = c.fit.intercept + c.fit.slope * largest as f64;
+    let _ = writeln!(
+        out,
+        "  why batches left (as _report.json names it): {}",
+        reasons.join(", ")
+    );
+    match summary.oversized.iter().max() {
+        None => out.push_str("  no row is over the budget\n"),
+        Some(largest) => {
             let _ = writeln!(
                 out,
-                "  expected peak reserved device memory: {:.0} MiB at the largest batch ({largest} segments), target {} MiB (calibration's fit {:.0} MiB + {:.3} MiB a segment)",
-                expected / 1048576.0,
-                c.target_bytes >> 20,
-                c.fit.intercept / 1048576.0,
-                c.fit.slope / 1048576.0
+                "  {} row(s) over the budget run alone, the largest {largest} segments",
+                summary.oversized.len()
             );
         }
-        None => out.push_str(
-            "  (for the expected peak memory, pass --calibration FILE saved by `segpredict calibrate --json FILE`)\n",
-        ),
     }
-    Ok(())
+}
+
+/// The calibration's line at the largest batch the plan sends.
+fn describe_memory(c: &SavedCalibration, largest: usize, out: &mut String) {
+    let expected = c.fit.intercept + c.fit.slope * largest as f64;
+    let _ = writeln!(
+        out,
+        "  expected peak reserved device memory: {:.0} MiB at the largest batch ({largest} segments), target {} MiB (calibration's fit {:.0} MiB + {:.3} MiB a segment)",
+        expected / 1048576.0,
+        c.target_bytes >> 20,
+        c.fit.intercept / 1048576.0,
+        c.fit.slope / 1048576.0
+    );
 }
 
 #[cfg(test)]

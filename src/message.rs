@@ -3,7 +3,28 @@
 
 use std::sync::Arc;
 
-use crate::bucketing::Segmented;
+use serde::Serialize;
+
+/// Anything with a segment count can be bucketed.
+pub trait Segmented {
+    fn n_segments(&self) -> usize;
+}
+
+/// The type of the id column: the readers find it, the writers keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Str,
+    Int,
+}
+
+impl std::fmt::Display for IdKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IdKind::Str => "a string",
+            IdKind::Int => "an integer",
+        })
+    }
+}
 
 /// Where a row came from: the input file (an index into [`Sources`]) and the
 /// row's 0-based index within that file.
@@ -13,8 +34,38 @@ pub struct Origin {
     pub row_idx: u64,
 }
 
+/// One input file as the readers found and planned it: where it is and what
+/// it was when the run planned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    pub path: std::path::PathBuf,
+    pub size_bytes: u64,
+    /// Last modification, where the file system keeps it.
+    pub modified: Option<std::time::SystemTime>,
+    /// Rows in the file, from its Parquet footer.
+    pub rows: u64,
+    pub row_groups: usize,
+}
+
+impl InputFile {
+    /// The same for the same file, unchanged, in every run: its path, size
+    /// and modification time (nanoseconds since the epoch, 0 if unknown).
+    pub fn identity(&self) -> String {
+        let modified_ns = self
+            .modified
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!(
+            "{}|{}|{}",
+            self.path.display(),
+            self.size_bytes,
+            modified_ns
+        )
+    }
+}
+
 /// The input files of a run, indexed by [`Origin::file_idx`].
-pub type Sources = Arc<Vec<std::path::PathBuf>>;
+pub type Sources = Arc<Vec<InputFile>>;
 
 /// A row's id as read from the id column; the output keeps its type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -113,6 +164,50 @@ impl Segmented for Row {
     }
 }
 
+/// Why a row was rejected, as `_rejects.parquet`'s `kind` column names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    /// The id is null.
+    NullId,
+    /// The segments list is null.
+    NullSegments,
+    /// The segments list is empty.
+    NoSegments,
+    /// One segment is null or holds a null value.
+    NullSegment,
+    /// A binary segment's byte length does not match the declared shape.
+    BadSegmentSize,
+    /// An extra input is null or holds a null value.
+    NullInput,
+    /// A vector extra input has the wrong number of values.
+    BadInputWidth,
+    /// The device ran out of memory on this row alone, unpadded.
+    OomSingleRow,
+}
+
+impl RejectKind {
+    /// The stable machine-readable name written to `_rejects.parquet`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::NullId => "null_id",
+            RejectKind::NullSegments => "null_segments",
+            RejectKind::NoSegments => "no_segments",
+            RejectKind::NullSegment => "null_segment",
+            RejectKind::BadSegmentSize => "bad_segment_size",
+            RejectKind::NullInput => "null_input",
+            RejectKind::BadInputWidth => "bad_input_width",
+            RejectKind::OomSingleRow => "oom_single_row",
+        }
+    }
+}
+
+impl std::fmt::Display for RejectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a row did not reach the output. Every input row ends either in the
 /// output or as a `Reject` in `_rejects.parquet`.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,8 +215,7 @@ pub struct Reject {
     /// The id when it could be read.
     pub id: Option<RowId>,
     pub origin: Origin,
-    /// A stable machine-readable kind, e.g. `null_segments`, `oom_single_row`.
-    pub kind: &'static str,
+    pub kind: RejectKind,
     /// A sentence for a person.
     pub reason: String,
 }
@@ -150,6 +244,56 @@ pub enum BatchExtra {
     Ints(Vec<i64>),
 }
 
+/// How rows are grouped into batches (`[bucketing] strategy`); the report
+/// names it too.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchingStrategy {
+    /// Log2 buckets by segment count, each batch under the segment budget.
+    #[default]
+    SegmentBudget,
+    /// A fixed number of rows per batch in arrival order (the seed's way).
+    Rows,
+}
+
+/// Why a batch left its bucket, or how the model worker made it; the
+/// report's `flush_reason` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushReason {
+    /// The bucket hit the segment budget, or the next row would have passed it.
+    BudgetReached,
+    /// The bucket hit `max_rows`.
+    RowCapReached,
+    /// Too many rows were held overall; the bucket with the most segments left early.
+    MemoryBound,
+    /// Input ended; whatever was held left.
+    EndOfInput,
+    /// A single row over the budget, sent alone.
+    Oversized,
+    /// Half of a batch split after an out-of-memory.
+    OomSplit,
+    /// A lone row retried without its padding after an out-of-memory.
+    OomUnpadded,
+    /// A synthetic batch measuring memory (`max_segments = "auto"`).
+    Calibration,
+}
+
+impl FlushReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushReason::BudgetReached => "budget_reached",
+            FlushReason::RowCapReached => "row_cap_reached",
+            FlushReason::MemoryBound => "memory_bound",
+            FlushReason::EndOfInput => "end_of_input",
+            FlushReason::Oversized => "oversized",
+            FlushReason::OomSplit => "oom_split",
+            FlushReason::OomUnpadded => "oom_unpadded",
+            FlushReason::Calibration => "calibration",
+        }
+    }
+}
+
 /// Bucketing -> model worker: a batch whose segments are concatenated in row
 /// order and zero-padded up to `padded_segments`.
 #[derive(Debug)]
@@ -163,7 +307,7 @@ pub struct Batch {
     pub segments: Vec<u8>,
     pub extras: Vec<BatchExtra>,
     /// Why the batch left its bucket (for the report).
-    pub flush_reason: &'static str,
+    pub flush_reason: FlushReason,
 }
 
 /// Model worker -> writers: one prediction per row of a batch.
@@ -179,4 +323,109 @@ pub struct Predictions {
 pub enum WriterMsg {
     Predictions(Predictions),
     Rejects(Vec<Reject>),
+}
+
+// What each stage reports when it ends: the run report is assembled from
+// these (`report::RunReport::from_stages`), so no stage's own types leak
+// into the report's output.
+
+/// Counts a reader thread reports when it ends.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReaderStats {
+    pub rows: u64,
+    pub rejects: u64,
+    pub busy: std::time::Duration,
+}
+
+/// Counts the bucketing stage reports when it ends.
+#[derive(Debug, Default, Clone)]
+pub struct BucketingReport {
+    pub rows: u64,
+    pub rejects: u64,
+    pub batches: u64,
+    pub segments: u64,
+    pub padded_segments: u64,
+    pub oversized_batches: u64,
+    pub size_classes: Vec<usize>,
+    /// Time spent planning and laying out batches, not waiting on channels.
+    pub busy: std::time::Duration,
+}
+
+/// Device memory after one batch, in bytes; peaks are since the previous batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub allocated: i64,
+    pub allocated_peak: i64,
+    pub reserved: i64,
+    pub reserved_peak: i64,
+    pub inactive_split: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+    pub device_free: i64,
+    pub device_total: i64,
+}
+
+/// What the model worker measured of one forward pass.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    pub seq: u64,
+    pub rows: usize,
+    pub segments: usize,
+    pub padded_segments: usize,
+    pub flush_reason: FlushReason,
+    /// Host wall time from queueing the batch to its answers on the host
+    /// (it overlaps the next batch's queueing).
+    pub wall_ms: f64,
+    /// Device time from the batch's first queued operation to its answers
+    /// reaching the host; `None` on CPU.
+    pub device_ms: Option<f64>,
+    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
+    pub split_depth: u32,
+    /// `None` on CPU (not zero): there is no caching allocator to read.
+    pub memory: Option<MemoryStats>,
+}
+
+/// What the model worker reports when it ends.
+#[derive(Debug, Default)]
+pub struct WorkerReport {
+    pub batches: Vec<BatchRecord>,
+    pub oom_events: u64,
+    /// Time queueing batches and waiting for their answers.
+    pub busy: std::time::Duration,
+}
+
+/// Counts a writer thread reports when it ends, and the rejects it was sent.
+#[derive(Debug, Default)]
+pub struct WriterReport {
+    pub rows: u64,
+    pub files: Vec<std::path::PathBuf>,
+    pub rejects: Vec<Reject>,
+    pub busy: std::time::Duration,
+}
+
+/// One measured segment total of a calibration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibrationPoint {
+    pub segments: usize,
+    pub peak_reserved: i64,
+    pub peak_allocated: i64,
+}
+
+/// `reserved ≈ intercept + slope * segments`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearFit {
+    pub intercept: f64,
+    pub slope: f64,
+}
+
+/// The segment budget the model worker measured for a device-memory target.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    pub target_bytes: u64,
+    pub points: Vec<CalibrationPoint>,
+    pub fit: LinearFit,
+    pub max_segments: usize,
+    pub size_classes: Vec<usize>,
+    /// Peak reserved measured at the chosen budget.
+    pub measured_peak_reserved: i64,
 }

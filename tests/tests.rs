@@ -8,6 +8,7 @@
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `tidy`: the architecture's rules, checked on the source text.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 
@@ -19,3 +20,4 @@ mod inputs;
 mod ops;
 mod recovery;
 mod sample;
+mod tidy;

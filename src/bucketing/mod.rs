@@ -18,14 +18,12 @@ mod size_classes;
 mod stage;
 
 pub use size_classes::{default_size_classes, pad_to_class};
-pub use stage::{run_bucketing, BucketingReport};
+pub use stage::run_bucketing;
 
 use size_classes::classes_under_budget;
 
-/// Anything with a segment count can be bucketed.
-pub trait Segmented {
-    fn n_segments(&self) -> usize;
-}
+pub use crate::message::BatchingStrategy;
+use crate::message::{FlushReason, Segmented};
 
 /// The `[bucketing]` section of the pipeline TOML.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
@@ -62,17 +60,6 @@ pub struct BucketingConfig {
     /// the device at start-up to keep peak reserved memory near it. Default:
     /// none. Calibration costs a few seconds of forward passes.
     pub gpu_memory: Option<String>,
-}
-
-/// How rows are grouped into batches.
-#[derive(Debug, Clone, Copy, Default, serde::Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum BatchingStrategy {
-    /// Log2 buckets by segment count, each batch under the segment budget.
-    #[default]
-    SegmentBudget,
-    /// A fixed number of rows per batch in arrival order (the seed's way).
-    Rows,
 }
 
 impl Default for BucketingConfig {
@@ -159,21 +146,6 @@ fn validate_size_classes(classes: &[usize], max_segments: usize) -> Result<(), B
         });
     }
     Ok(())
-}
-
-/// Why a batch left its bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FlushReason {
-    /// The bucket hit the segment budget, or the next row would have passed it.
-    BudgetReached,
-    /// The bucket hit `max_rows`.
-    RowCapReached,
-    /// Too many rows were held overall; the bucket with the most segments left early.
-    MemoryBound,
-    /// Input ended; whatever was held left.
-    EndOfInput,
-    /// A single row over the budget, sent alone.
-    Oversized,
 }
 
 /// One batch, ready to become tensors.

@@ -5,22 +5,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{Bucketer, BucketingConfig, BucketingError, FlushReason, PlannedBatch};
-use crate::message::{Batch, BatchExtra, ExtraValue, Row, RowChunk, WriterMsg};
-
-/// Counts the stage reports when it ends.
-#[derive(Debug, Default, Clone)]
-pub struct BucketingReport {
-    pub rows: u64,
-    pub rejects: u64,
-    pub batches: u64,
-    pub segments: u64,
-    pub padded_segments: u64,
-    pub oversized_batches: u64,
-    pub size_classes: Vec<usize>,
-    /// Time spent planning and laying out batches, not waiting on channels.
-    pub busy: Duration,
-}
+use super::{Bucketer, BucketingConfig, BucketingError, PlannedBatch};
+use crate::message::{Batch, BatchExtra, BucketingReport, ExtraValue, Row, RowChunk, WriterMsg};
 
 /// Runs until the readers are done (their channel closes), then drains the
 /// buckets. Rejects found by the readers go straight on to the writers.
@@ -128,16 +114,6 @@ impl Stage {
     }
 }
 
-fn reason_name(reason: FlushReason) -> &'static str {
-    match reason {
-        FlushReason::BudgetReached => "budget_reached",
-        FlushReason::RowCapReached => "row_cap_reached",
-        FlushReason::MemoryBound => "memory_bound",
-        FlushReason::EndOfInput => "end_of_input",
-        FlushReason::Oversized => "oversized",
-    }
-}
-
 /// Lays a planned batch out as the model takes it: segments concatenated in
 /// row order, zero-filled up to the padded total; extras gathered per input.
 pub fn assemble(seq: u64, planned: PlannedBatch<Row>, segment_bytes: usize) -> Batch {
@@ -160,7 +136,7 @@ pub fn assemble(seq: u64, planned: PlannedBatch<Row>, segment_bytes: usize) -> B
         padded_segments: planned.padded_segments,
         segments,
         extras,
-        flush_reason: reason_name(planned.reason),
+        flush_reason: planned.reason,
     }
 }
 

@@ -7,7 +7,7 @@ use arrow::datatypes::{DataType, Schema};
 use serde::Deserialize;
 
 use super::ReaderError;
-use crate::message::{ExtraSpec, InputSpec, SegmentDtype};
+use crate::message::{ExtraSpec, IdKind, InputSpec, SegmentDtype};
 
 /// Maps Parquet columns to the model's inputs. The model is called as
 /// `forward(segments, segment_counts, *extras)`, extras in the order listed.
@@ -80,36 +80,20 @@ pub enum ExtraKind {
     Int,
 }
 
-/// The type of the id column, which the output keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdKind {
-    Str,
-    Int,
-}
-
-impl std::fmt::Display for IdKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            IdKind::Str => "a string",
-            IdKind::Int => "an integer",
-        })
-    }
-}
-
 impl ColumnMapping {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ReaderError> {
         if self.segments.shape.is_empty() || self.segments.elements() == 0 {
-            return Err(format!(
+            return Err(ReaderError::Config(format!(
                 "columns.segments.shape {:?} must be non-empty with no zero dimension",
                 self.segments.shape
-            ));
+            )));
         }
         for extra in &self.extras {
             if extra.kind == ExtraKind::Vector && extra.width.unwrap_or(0) == 0 {
-                return Err(format!(
+                return Err(ReaderError::Config(format!(
                     "extra column `{}` of kind vector needs width >= 1",
                     extra.name
-                ));
+                )));
             }
         }
         Ok(())
@@ -174,11 +158,13 @@ impl ColumnMapping {
             )
         })?;
         let segments_type = field_type(&self.segments.name)?;
-        check_segments_type(segments_type, &self.segments)
-            .map_err(|m| column_error(path, &self.segments.name, m))?;
+        if let Some(problem) = segments_type_problem(segments_type, &self.segments) {
+            return Err(column_error(path, &self.segments.name, problem));
+        }
         for extra in &self.extras {
-            check_extra_type(field_type(&extra.name)?, extra)
-                .map_err(|m| column_error(path, &extra.name, m))?;
+            if let Some(problem) = extra_type_problem(field_type(&extra.name)?, extra) {
+                return Err(column_error(path, &extra.name, problem));
+            }
         }
         Ok(id_kind)
     }
@@ -209,21 +195,25 @@ pub(super) fn list_child(data_type: &DataType) -> Option<&DataType> {
     }
 }
 
-fn check_segments_type(data_type: &DataType, column: &SegmentsColumn) -> Result<(), String> {
-    let child = list_child(data_type).ok_or_else(|| {
-        format!("segments must be a list or large_list column, found {data_type}")
-    })?;
+/// What is wrong with the segments column's type for its declared shape and
+/// dtype, if anything.
+fn segments_type_problem(data_type: &DataType, column: &SegmentsColumn) -> Option<String> {
+    let Some(child) = list_child(data_type) else {
+        return Some(format!(
+            "segments must be a list or large_list column, found {data_type}"
+        ));
+    };
     let bytes = column.segment_bytes();
     match child {
-        DataType::FixedSizeBinary(w) if *w as usize == bytes => Ok(()),
-        DataType::FixedSizeBinary(w) => Err(format!(
+        DataType::FixedSizeBinary(w) if *w as usize == bytes => None,
+        DataType::FixedSizeBinary(w) => Some(format!(
             "segments are fixed_size_binary({w}) but shape {:?} of {:?} needs {bytes} bytes",
             column.shape, column.dtype
         )),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Ok(()),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => None,
         DataType::FixedSizeList(item, n) => {
             if *n as usize != column.elements() {
-                return Err(format!(
+                return Some(format!(
                     "segments are fixed-size lists of {n} but shape {:?} has {} elements",
                     column.shape,
                     column.elements()
@@ -234,25 +224,24 @@ fn check_segments_type(data_type: &DataType, column: &SegmentsColumn) -> Result<
                 SegmentDtype::F16 => DataType::Float16,
                 SegmentDtype::F32 => DataType::Float32,
             };
-            if item.data_type() == &want {
-                Ok(())
-            } else {
-                Err(format!("segment items are {} but dtype says {want}", item.data_type()))
-            }
+            (item.data_type() != &want).then(|| {
+                format!("segment items are {} but dtype says {want}", item.data_type())
+            })
         }
-        other => Err(format!(
+        other => Some(format!(
             "segments must be a list of fixed_size_binary, binary or fixed-size lists, found a list of {other}"
         )),
     }
 }
 
-fn check_extra_type(data_type: &DataType, extra: &ExtraColumn) -> Result<(), String> {
+/// What is wrong with an extra column's type for its declared kind, if anything.
+fn extra_type_problem(data_type: &DataType, extra: &ExtraColumn) -> Option<String> {
     if let (ExtraKind::Vector, DataType::FixedSizeList(_, n), Some(width)) =
         (extra.kind, data_type, extra.width)
     {
         // Every row would fail the same way: say so once, up front.
         if *n as usize != width {
-            return Err(format!(
+            return Some(format!(
                 "fixed-size lists of {n} but the pipeline declares width {width}"
             ));
         }
@@ -266,13 +255,11 @@ fn check_extra_type(data_type: &DataType, extra: &ExtraColumn) -> Result<(), Str
         ExtraKind::Float => data_type.is_numeric(),
         ExtraKind::Int => data_type.is_integer(),
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    (!ok).then(|| {
+        format!(
             "a {:?} input cannot be read from a {data_type} column",
             extra.kind
         )
-        .to_lowercase())
-    }
+        .to_lowercase()
+    })
 }

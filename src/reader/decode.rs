@@ -13,7 +13,38 @@ use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
 use super::columns::{ColumnMapping, ExtraKind, SegmentsColumn};
-use crate::message::{ExtraValue, Origin, Reject, Row, RowChunk, RowId, RowMeta, SegmentDtype};
+use crate::message::{
+    ExtraValue, IdKind, Origin, Reject, RejectKind, Row, RowChunk, RowId, RowMeta, SegmentDtype,
+};
+
+/// Why a whole record batch could not be decoded (a bad value only rejects
+/// its row).
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Parquet(parquet::errors::ParquetError),
+    #[error(transparent)]
+    Arrow(arrow::error::ArrowError),
+    #[error("column `{0}` missing from the decoded batch")]
+    MissingColumn(String),
+    #[error("column `{column}`")]
+    Cast {
+        column: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("column `{column}`: expected a list column, found {found}")]
+    NotAList { column: String, found: DataType },
+    #[error("column `{column}`: unsupported segment item type {found}")]
+    SegmentItems { column: String, found: DataType },
+}
+
+fn cast_error(column: &str) -> impl Fn(arrow::error::ArrowError) -> DecodeError + '_ {
+    move |source| DecodeError::Cast {
+        column: column.to_string(),
+        source,
+    }
+}
 
 /// Decodes `batch`, whose first row is row `first_row` of file `file_idx`.
 pub fn decode_batch(
@@ -21,19 +52,19 @@ pub fn decode_batch(
     columns: &ColumnMapping,
     file_idx: u32,
     first_row: u64,
-) -> Result<RowChunk, String> {
+) -> Result<RowChunk, DecodeError> {
     let column = |name: &str| {
         batch
             .column_by_name(name)
-            .ok_or_else(|| format!("column `{name}` missing from the decoded batch"))
+            .ok_or_else(|| DecodeError::MissingColumn(name.to_string()))
     };
-    let ids = IdColumn::new(column(&columns.id)?)?;
+    let ids = IdColumn::new(column(&columns.id)?, &columns.id)?;
     let segments = SegmentsReader::new(column(&columns.segments.name)?, &columns.segments)?;
     let extras = columns
         .extras
         .iter()
         .map(|e| ExtraReader::new(column(&e.name)?, e.kind, e.width.unwrap_or(0), &e.name))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     let results: Vec<Result<Row, Reject>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
@@ -64,10 +95,10 @@ fn decode_row(
     let id = ids.get(i).ok_or_else(|| Reject {
         id: None,
         origin,
-        kind: "null_id",
+        kind: RejectKind::NullId,
         reason: "the id is null".into(),
     })?;
-    let reject = |kind: &'static str, reason: String| Reject {
+    let reject = |kind: RejectKind, reason: String| Reject {
         id: Some(id.clone()),
         origin,
         kind,
@@ -87,7 +118,7 @@ fn decode_row(
     })
 }
 
-type RowError = (&'static str, String);
+type RowError = (RejectKind, String);
 
 /// The id column, cast once per batch to Utf8 or Int64.
 enum IdColumn {
@@ -96,14 +127,14 @@ enum IdColumn {
 }
 
 impl IdColumn {
-    fn new(array: &ArrayRef) -> Result<Self, String> {
-        let is_str = super::columns::id_kind_of(array.data_type()) == Some(super::IdKind::Str);
+    fn new(array: &ArrayRef, name: &str) -> Result<Self, DecodeError> {
+        let is_str = super::columns::id_kind_of(array.data_type()) == Some(IdKind::Str);
         let target = if is_str {
             DataType::Utf8
         } else {
             DataType::Int64
         };
-        let cast = cast(array, &target).map_err(|e| format!("id column: {e}"))?;
+        let cast = cast(array, &target).map_err(cast_error(name))?;
         Ok(if is_str {
             IdColumn::Str(cast.as_string::<i32>().clone())
         } else {
@@ -126,11 +157,14 @@ enum Lists<'a> {
 }
 
 impl<'a> Lists<'a> {
-    fn new(array: &'a ArrayRef) -> Result<Self, String> {
+    fn new(array: &'a ArrayRef, name: &str) -> Result<Self, DecodeError> {
         match array.data_type() {
             DataType::List(_) => Ok(Lists::Small(array.as_list::<i32>())),
             DataType::LargeList(_) => Ok(Lists::Large(array.as_list::<i64>())),
-            other => Err(format!("expected a list column, found {other}")),
+            other => Err(DecodeError::NotAList {
+                column: name.to_string(),
+                found: other.clone(),
+            }),
         }
     }
 
@@ -172,8 +206,8 @@ enum SegmentItems<'a> {
 }
 
 impl<'a> SegmentsReader<'a> {
-    fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, String> {
-        let lists = Lists::new(array)?;
+    fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, DecodeError> {
+        let lists = Lists::new(array, &column.name)?;
         let values = lists.values();
         let items = match values.data_type() {
             DataType::FixedSizeBinary(_) => {
@@ -181,13 +215,18 @@ impl<'a> SegmentsReader<'a> {
             }
             // Binary and view layouts are cast once per batch to one layout.
             DataType::Binary | DataType::BinaryView => SegmentItems::Binary(
-                cast(values, &DataType::LargeBinary).map_err(|e| e.to_string())?,
+                cast(values, &DataType::LargeBinary).map_err(cast_error(&column.name))?,
             ),
             DataType::LargeBinary => SegmentItems::Binary(values.clone()),
             DataType::FixedSizeList(_, _) => {
                 SegmentItems::FixedList(values.as_fixed_size_list(), column.dtype)
             }
-            other => return Err(format!("segments: unsupported item type {other}")),
+            other => {
+                return Err(DecodeError::SegmentItems {
+                    column: column.name.clone(),
+                    found: other.clone(),
+                })
+            }
         };
         Ok(Self {
             lists,
@@ -199,12 +238,12 @@ impl<'a> SegmentsReader<'a> {
 
     /// The row's segment count and its segments' bytes, concatenated.
     fn row(&self, i: usize) -> Result<(usize, Vec<u8>), RowError> {
-        let range = self
-            .lists
-            .range(i)
-            .ok_or(("null_segments", "the segments list is null".to_string()))?;
+        let range = self.lists.range(i).ok_or((
+            RejectKind::NullSegments,
+            "the segments list is null".to_string(),
+        ))?;
         if range.is_empty() {
-            return Err(("no_segments", "the row has no segments".into()));
+            return Err((RejectKind::NoSegments, "the row has no segments".into()));
         }
         let n_segments = range.len();
         let mut bytes = Vec::with_capacity(n_segments * self.segment_bytes);
@@ -219,19 +258,19 @@ impl<'a> SegmentsReader<'a> {
         match &self.items {
             SegmentItems::FixedBinary(a) => {
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 out.extend_from_slice(a.value(j));
             }
             SegmentItems::Binary(a) => {
                 let a = a.as_binary::<i64>();
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 let value = a.value(j);
                 if value.len() != self.segment_bytes {
                     return Err((
-                        "bad_segment_size",
+                        RejectKind::BadSegmentSize,
                         format!("has {} bytes, expected {}", value.len(), self.segment_bytes),
                     ));
                 }
@@ -239,7 +278,7 @@ impl<'a> SegmentsReader<'a> {
             }
             SegmentItems::FixedList(a, dtype) => {
                 if a.is_null(j) {
-                    return Err(("null_segment", "is null".into()));
+                    return Err((RejectKind::NullSegment, "is null".into()));
                 }
                 let start = a.value_offset_at(j);
                 append_numbers(a.values(), start..start + self.elements, *dtype, out)?;
@@ -256,7 +295,7 @@ fn append_numbers(
     out: &mut Vec<u8>,
 ) -> Result<(), RowError> {
     if values.null_count() > 0 && range.clone().any(|k| values.is_null(k)) {
-        return Err(("null_segment", "holds a null value".into()));
+        return Err((RejectKind::NullSegment, "holds a null value".into()));
     }
     match dtype {
         SegmentDtype::U8 => {
@@ -292,11 +331,11 @@ impl<'a> ExtraReader<'a> {
         kind: ExtraKind,
         width: usize,
         name: &'a str,
-    ) -> Result<Self, String> {
-        let err = |e: arrow::error::ArrowError| format!("column `{name}`: {e}");
+    ) -> Result<Self, DecodeError> {
+        let err = cast_error(name);
         let (lists, fixed, values) = match kind {
             ExtraKind::Ragged => {
-                let lists = Lists::new(array)?;
+                let lists = Lists::new(array, name)?;
                 let values = cast(lists.values(), &DataType::Int64).map_err(err)?;
                 (Some(lists), None, values)
             }
@@ -307,7 +346,7 @@ impl<'a> ExtraReader<'a> {
                     (None, Some(fixed), values)
                 }
                 _ => {
-                    let lists = Lists::new(array)?;
+                    let lists = Lists::new(array, name)?;
                     let values = cast(lists.values(), &DataType::Float64).map_err(err)?;
                     (Some(lists), None, values)
                 }
@@ -344,10 +383,10 @@ impl<'a> ExtraReader<'a> {
                     (None, Some(l)) => l.range(i),
                     _ => None,
                 }
-                .ok_or(("null_input", format!("`{name}` is null")))?;
+                .ok_or((RejectKind::NullInput, format!("`{name}` is null")))?;
                 if range.len() != self.width {
                     return Err((
-                        "bad_input_width",
+                        RejectKind::BadInputWidth,
                         format!(
                             "`{name}` has {} values, expected {}",
                             range.len(),
@@ -378,7 +417,10 @@ impl<'a> ExtraReader<'a> {
 
     fn no_nulls(&self, range: Range<usize>) -> Result<(), RowError> {
         if self.values.null_count() > 0 && range.clone().any(|k| self.values.is_null(k)) {
-            return Err(("null_input", format!("`{}` holds a null value", self.name)));
+            return Err((
+                RejectKind::NullInput,
+                format!("`{}` holds a null value", self.name),
+            ));
         }
         Ok(())
     }

@@ -1,13 +1,20 @@
-//! Turns the `path` setting into a sorted list of Parquet files.
+//! Turns the `path` setting into the run's input locations: a sorted list of
+//! local Parquet files, each with its size and modification time.
 
 use std::path::{Path, PathBuf};
 
 use super::ReaderError;
+use crate::message::InputFile;
 
 /// A file is itself; a directory gives its `*.parquet` files (not hidden,
 /// not `_`-prefixed, as Spark and Hive leave markers there); anything with
 /// glob characters is a glob. The order is sorted so runs are repeatable.
-pub fn input_files(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
+/// Rows and row groups are filled in when the plan reads the footers.
+pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
+    input_paths(path)?.into_iter().map(located).collect()
+}
+
+fn input_paths(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
     let text = path.to_string_lossy();
     if text.contains(['*', '?', '[']) && !path.exists() {
         return glob_files(&text);
@@ -23,10 +30,25 @@ pub fn input_files(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
     })
 }
 
+/// The file as it is now: its size and modification time.
+fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
+    let metadata = std::fs::metadata(&path).map_err(|source| ReaderError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(InputFile {
+        size_bytes: metadata.len(),
+        modified: metadata.modified().ok(),
+        path,
+        rows: 0,
+        row_groups: 0,
+    })
+}
+
 fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ReaderError> {
-    let paths = glob::glob(pattern).map_err(|e| ReaderError::BadPattern {
+    let paths = glob::glob(pattern).map_err(|source| ReaderError::BadPattern {
         pattern: pattern.to_string(),
-        message: e.to_string(),
+        source,
     })?;
     let mut files: Vec<PathBuf> = paths
         .filter_map(Result::ok)
@@ -42,9 +64,9 @@ fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ReaderError> {
 }
 
 fn dir_files(dir: &Path) -> Result<Vec<PathBuf>, ReaderError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| ReaderError::Io {
+    let entries = std::fs::read_dir(dir).map_err(|source| ReaderError::Io {
         path: dir.to_path_buf(),
-        message: e.to_string(),
+        source,
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)

@@ -9,23 +9,26 @@
 mod columns;
 mod decode;
 mod discover;
+mod plan;
 mod survey;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use crossbeam_channel::Sender;
 use parquet::arrow::ProjectionMask;
 use serde::Deserialize;
 
-pub use columns::{ColumnMapping, IdKind};
+pub use columns::ColumnMapping;
+pub use decode::DecodeError;
+pub use plan::{ReadPlan, Unit, UnitQueue};
 pub use survey::{
     column_roles, segment_counts, survey_files, ColumnRole, FileSurvey, SegmentCounts,
 };
 
-use crate::message::{RowChunk, Sources};
+use plan::open_builder;
+
+use crate::message::{IdKind, ReaderStats, RowChunk};
 
 /// `[readers]`: where the input is and how to decode it.
 #[derive(Debug, Clone, Deserialize)]
@@ -63,12 +66,24 @@ pub enum ReaderError {
     Missing { path: PathBuf },
     #[error("no Parquet files match {pattern}")]
     NoMatch { pattern: String },
-    #[error("bad input pattern {pattern}: {message}")]
-    BadPattern { pattern: String, message: String },
-    #[error("cannot read {path}: {message}")]
-    Io { path: PathBuf, message: String },
-    #[error("{path}: not a readable Parquet file: {message}")]
-    NotParquet { path: PathBuf, message: String },
+    #[error("bad input pattern {pattern}")]
+    BadPattern {
+        pattern: String,
+        #[source]
+        source: glob::PatternError,
+    },
+    #[error("cannot read {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a readable Parquet file")]
+    NotParquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
     #[error("{path}: column `{column}`: {message}")]
     Column {
         path: PathBuf,
@@ -83,37 +98,17 @@ pub enum ReaderError {
         expected: IdKind,
         first: PathBuf,
     },
-    #[error("{path}, row group {row_group}: {message}")]
+    #[error("{path}, row group {row_group}")]
     Decode {
         path: PathBuf,
         row_group: usize,
-        message: String,
+        #[source]
+        source: DecodeError,
     },
+    #[error("starting the decode threads")]
+    DecodePool(#[source] rayon::ThreadPoolBuildError),
     #[error("invalid [readers] section: {0}")]
     Config(String),
-}
-
-/// One row group of one file: the unit of parallel reading.
-#[derive(Debug, Clone, Copy)]
-struct Unit {
-    file_idx: u32,
-    row_group: usize,
-    first_row: u64,
-}
-
-/// The checked inputs of a run.
-#[derive(Debug, Clone)]
-pub struct ReadPlan {
-    pub sources: Sources,
-    pub id_kind: IdKind,
-    pub total_rows: u64,
-    units: Vec<Unit>,
-}
-
-impl ReadPlan {
-    pub fn row_groups(&self) -> usize {
-        self.units.len()
-    }
 }
 
 impl ReaderConfig {
@@ -121,7 +116,7 @@ impl ReaderConfig {
         if self.batch_rows == 0 {
             return Err(ReaderError::Config("batch_rows must be at least 1".into()));
         }
-        self.columns.validate().map_err(ReaderError::Config)
+        self.columns.validate()
     }
 
     pub fn effective_threads(&self) -> usize {
@@ -146,92 +141,8 @@ impl ReaderConfig {
             .thread_name(|i| format!("decode-{i}"))
             .start_handler(|_| crate::cpu::lower_this_thread())
             .build()
-            .map_err(|e| ReaderError::Config(format!("starting the decode threads: {e}")))
+            .map_err(ReaderError::DecodePool)
     }
-
-    /// Finds the input files and checks every file's columns before any row
-    /// is read, so a wrong column fails in seconds, not hours into a night.
-    pub fn plan(&self) -> Result<ReadPlan, ReaderError> {
-        self.validate()?;
-        let files = discover::input_files(&self.path)?;
-        let mut units = Vec::new();
-        let mut total_rows = 0u64;
-        let mut id_kind: Option<(IdKind, PathBuf)> = None;
-        for (file_idx, path) in files.iter().enumerate() {
-            let builder = open_builder(path)?;
-            let kind = self.columns.check_schema(builder.schema(), path)?;
-            match &id_kind {
-                None => id_kind = Some((kind, path.clone())),
-                Some((expected, first)) if *expected != kind => {
-                    return Err(ReaderError::IdKindMismatch {
-                        path: path.clone(),
-                        column: self.columns.id.clone(),
-                        found: kind,
-                        expected: *expected,
-                        first: first.clone(),
-                    })
-                }
-                Some(_) => {}
-            }
-            let file_idx = u32::try_from(file_idx)
-                .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
-            let mut rows_before = 0u64;
-            for (row_group, meta) in builder.metadata().row_groups().iter().enumerate() {
-                let n_rows = u64::try_from(meta.num_rows()).unwrap_or(0);
-                if n_rows > 0 {
-                    units.push(Unit {
-                        file_idx,
-                        row_group,
-                        first_row: rows_before,
-                    });
-                }
-                rows_before += n_rows;
-            }
-            total_rows += rows_before;
-        }
-        let id_kind = id_kind.map(|(k, _)| k).unwrap_or(IdKind::Str);
-        Ok(ReadPlan {
-            sources: Arc::new(files),
-            id_kind,
-            total_rows,
-            units,
-        })
-    }
-}
-
-fn open_builder(
-    path: &std::path::Path,
-) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
-    let file = std::fs::File::open(path).map_err(|e| ReaderError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| ReaderError::NotParquet {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
-
-/// The queue of row groups the reader threads share.
-pub fn unit_queue(plan: &ReadPlan) -> Receiver<UnitHandle> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for unit in &plan.units {
-        // The receiver is alive right here, so this send cannot fail.
-        let _ = tx.send(UnitHandle(*unit));
-    }
-    rx
-}
-
-/// An opaque unit of work taken from [`unit_queue`].
-#[derive(Debug)]
-pub struct UnitHandle(Unit);
-
-/// Counts a reader thread reports when it ends.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ReaderStats {
-    pub rows: u64,
-    pub rejects: u64,
-    pub busy: std::time::Duration,
 }
 
 /// One reader thread: takes units until the queue is empty, the run is
@@ -240,13 +151,13 @@ pub fn run_reader(
     config: &ReaderConfig,
     plan: &ReadPlan,
     decode_pool: &rayon::ThreadPool,
-    units: Receiver<UnitHandle>,
+    units: &UnitQueue,
     out: Sender<RowChunk>,
     cancel: &AtomicBool,
 ) -> Result<ReaderStats, ReaderError> {
     crate::cpu::lower_this_thread();
     let mut stats = ReaderStats::default();
-    while let Ok(UnitHandle(unit)) = units.recv() {
+    while let Some(unit) = units.take() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
@@ -267,14 +178,15 @@ fn read_unit(
     cancel: &AtomicBool,
     stats: &mut ReaderStats,
 ) -> Result<bool, ReaderError> {
-    let path = plan
+    let path = &plan
         .sources
         .get(unit.file_idx as usize)
-        .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?;
-    let decode_error = |message: String| ReaderError::Decode {
+        .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
+        .path;
+    let decode_error = |source: DecodeError| ReaderError::Decode {
         path: path.clone(),
         row_group: unit.row_group,
-        message,
+        source,
     };
     let builder = open_builder(path)?;
     let roots = config.columns.root_indices(builder.schema());
@@ -284,14 +196,14 @@ fn read_unit(
         .with_row_groups(vec![unit.row_group])
         .with_batch_size(config.batch_rows)
         .build()
-        .map_err(|e| decode_error(e.to_string()))?;
+        .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
     let mut next_row = unit.first_row;
     for batch in reader {
         if cancel.load(Ordering::Relaxed) {
             return Ok(false);
         }
         let started = std::time::Instant::now();
-        let batch = batch.map_err(|e| decode_error(e.to_string()))?;
+        let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
         let chunk = decode_pool
             .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row))
             .map_err(decode_error)?;

@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use parquet::arrow::ProjectionMask;
 
 use super::columns::{id_kind_of, list_child};
-use super::{discover, open_builder, ReaderError};
+use super::{discover, open_builder, DecodeError, ReaderError};
 
 /// One input file as its footer describes it.
 #[derive(Debug, Clone)]
@@ -35,14 +35,14 @@ pub struct SegmentCounts {
 pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
     discover::input_files(path)?
         .into_iter()
-        .map(|path| {
-            let builder = open_builder(&path)?;
+        .map(|file| {
+            let builder = open_builder(&file.path)?;
             let metadata = builder.metadata().file_metadata();
             Ok(FileSurvey {
                 rows: u64::try_from(metadata.num_rows()).unwrap_or(0),
                 row_groups: builder.metadata().num_row_groups(),
                 schema: builder.schema().clone(),
-                path,
+                path: file.path,
             })
         })
         .collect()
@@ -54,32 +54,42 @@ pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
 /// its pages are decompressed (Parquet keeps list lengths inside them), but
 /// no row is built.
 pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, ReaderError> {
-    let column_error = |message: String| ReaderError::Column {
-        path: path.to_path_buf(),
-        column: column.to_string(),
-        message,
-    };
     let builder = open_builder(path)?;
     let root = builder
         .schema()
         .index_of(column)
-        .map_err(|_| column_error("no such column in this file".into()))?;
+        .map_err(|_| ReaderError::Column {
+            path: path.to_path_buf(),
+            column: column.to_string(),
+            message: "no such column in this file".into(),
+        })?;
     let data_type = builder.schema().field(root).data_type().clone();
     if !matches!(data_type, DataType::List(_) | DataType::LargeList(_)) {
-        return Err(column_error(format!(
-            "segments must be a list or large_list column, found {data_type}"
-        )));
+        return Err(ReaderError::Column {
+            path: path.to_path_buf(),
+            column: column.to_string(),
+            message: format!("segments must be a list or large_list column, found {data_type}"),
+        });
     }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(8192)
-        .build()
-        .map_err(|e| column_error(e.to_string()))?;
     let mut counts = SegmentCounts::default();
-    for batch in reader {
-        let batch = batch.map_err(|e| column_error(e.to_string()))?;
-        add_list_lengths(batch.column(0), &mut counts);
+    for row_group in 0..builder.metadata().num_row_groups() {
+        let decode_error = |source| ReaderError::Decode {
+            path: path.to_path_buf(),
+            row_group,
+            source,
+        };
+        let builder = open_builder(path)?;
+        let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
+        let reader = builder
+            .with_projection(mask)
+            .with_row_groups(vec![row_group])
+            .with_batch_size(8192)
+            .build()
+            .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+            add_list_lengths(batch.column(0), &mut counts);
+        }
     }
     Ok(counts)
 }

@@ -1,15 +1,26 @@
 //! The run report: `_report.json` with one record per batch and the totals,
-//! `_report.svg` plotting them, and the short summary a person reads at the
-//! end of a run.
+//! `_report.svg` plotting them, the short summary a person reads at the end
+//! of a run, and the calibration's text.
+//!
+//! The report is assembled here from what each stage reports when it ends
+//! (message types), into the report's own output types: what the JSON says
+//! is decided here, not by the stages' structs.
 
+mod calibration;
+mod memory;
 mod plot;
 
-use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::worker::calibrate::Calibration;
-use crate::worker::BatchRecord;
+pub use calibration::{describe_calibration, CalibrationReport};
+pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummary};
+
+use crate::message::{
+    BatchRecord, BatchingStrategy, BucketingReport, Calibration, FlushReason, MemoryStats,
+    ReaderStats, RejectKind, WorkerReport, WriterReport,
+};
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -51,35 +62,29 @@ pub struct RunReport {
     /// Absent on CPU: there is no device memory to report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
-    pub strategy: String,
+    /// Written as the strategy's type name (`SegmentBudget`, `Rows`), as
+    /// reports have always named it.
+    #[serde(serialize_with = "strategy_name")]
+    pub strategy: BatchingStrategy,
     /// Present when `max_segments = "auto"` chose the budget.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<Calibration>,
-    pub batch_records: Vec<BatchRecord>,
+    pub calibration: Option<CalibrationReport>,
+    pub batch_records: Vec<BatchReport>,
 }
 
-/// Seconds each stage spent working (not waiting on its channels), summed
-/// over its threads.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StageBusy {
-    pub readers: f64,
-    pub bucketing: f64,
-    pub model: f64,
-    pub writers: f64,
+fn strategy_name<S: serde::Serializer>(s: &BatchingStrategy, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(match s {
+        BatchingStrategy::SegmentBudget => "SegmentBudget",
+        BatchingStrategy::Rows => "Rows",
+    })
 }
 
-/// Device memory over the whole run, from the per-batch records.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct MemorySummary {
-    pub peak_allocated_bytes: i64,
-    pub peak_reserved_bytes: i64,
-    pub final_reserved_bytes: i64,
-    /// Batches (after the warm-up) whose reserved peak passed every earlier
-    /// batch's: the seed's ratchet, counted.
-    pub reserved_growth_events_after_warmup: u64,
-    pub warmup_batches: usize,
-    pub alloc_retries: i64,
-    pub ooms: i64,
+/// The strategy as a pipeline file writes it (`segment_budget`, `rows`).
+fn strategy_as_written(s: BatchingStrategy) -> &'static str {
+    match s {
+        BatchingStrategy::SegmentBudget => "segment_budget",
+        BatchingStrategy::Rows => "rows",
+    }
 }
 
 /// A device as users write it: `cpu`, `cuda:0`.
@@ -92,123 +97,201 @@ pub fn device_name(device: tch::Device) -> String {
     }
 }
 
-/// The process's peak resident set size so far, from `/proc/self/status`.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+/// Seconds each stage spent working (not waiting on its channels), summed
+/// over its threads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageBusy {
+    pub readers: f64,
+    pub bucketing: f64,
+    pub model: f64,
+    pub writers: f64,
 }
 
-/// Summed device time of the batches over `wall_s`; `None` when no batch
-/// was timed on a device.
-pub fn device_busy_share(records: &[BatchRecord], wall_s: f64) -> Option<f64> {
-    let times: Vec<f64> = records.iter().filter_map(|r| r.device_ms).collect();
-    if times.is_empty() || wall_s <= 0.0 {
-        return None;
-    }
-    Some(times.iter().sum::<f64>() / 1e3 / wall_s)
+/// One forward pass, as the report writes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchReport {
+    pub seq: u64,
+    pub rows: usize,
+    pub segments: usize,
+    pub padded_segments: usize,
+    pub flush_reason: FlushReason,
+    /// Host wall time from queueing the batch to its answers on the host
+    /// (it overlaps the next batch's queueing).
+    pub wall_ms: f64,
+    /// Device time of the batch; absent on CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_ms: Option<f64>,
+    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
+    pub split_depth: u32,
+    /// Absent on CPU (not zero): there is no caching allocator to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
 }
 
-/// Batches of warm-up: the first batch of each distinct shape may reserve.
-pub fn warmup_batches(records: &[BatchRecord]) -> usize {
-    let mut seen = std::collections::HashSet::new();
-    let mut last_new = 0;
-    for (i, r) in records.iter().enumerate() {
-        if seen.insert(r.padded_segments) {
-            last_new = i + 1;
+/// Device memory after one batch, in bytes; peaks are since the previous batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryReport {
+    pub allocated: i64,
+    pub allocated_peak: i64,
+    pub reserved: i64,
+    pub reserved_peak: i64,
+    pub inactive_split: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+    pub device_free: i64,
+    pub device_total: i64,
+}
+
+impl From<&MemoryStats> for MemoryReport {
+    fn from(m: &MemoryStats) -> Self {
+        Self {
+            allocated: m.allocated,
+            allocated_peak: m.allocated_peak,
+            reserved: m.reserved,
+            reserved_peak: m.reserved_peak,
+            inactive_split: m.inactive_split,
+            alloc_retries: m.alloc_retries,
+            ooms: m.ooms,
+            device_free: m.device_free,
+            device_total: m.device_total,
         }
     }
-    // With few shapes warm-up ends after each has been seen once; with many
-    // (no padding) it is capped so the ratchet still shows.
-    last_new.min(records.len() / 10).max(1.min(records.len()))
 }
 
-/// Summarises memory over the run; `None` when no batch has memory stats.
-pub fn memory_summary(records: &[BatchRecord]) -> Option<MemorySummary> {
-    let with_memory: Vec<_> = records
-        .iter()
-        .filter_map(|r| r.memory.map(|m| (r, m)))
-        .collect();
-    let last = with_memory.last()?.1;
-    let warmup = warmup_batches(records);
-    let mut high_water = 0i64;
-    let mut growth = 0u64;
-    for (i, (_, m)) in with_memory.iter().enumerate() {
-        if m.reserved_peak > high_water {
-            if i >= warmup {
-                growth += 1;
-            }
-            high_water = m.reserved_peak;
+impl From<&BatchRecord> for BatchReport {
+    fn from(r: &BatchRecord) -> Self {
+        Self {
+            seq: r.seq,
+            rows: r.rows,
+            segments: r.segments,
+            padded_segments: r.padded_segments,
+            flush_reason: r.flush_reason,
+            wall_ms: r.wall_ms,
+            device_ms: r.device_ms,
+            split_depth: r.split_depth,
+            memory: r.memory.as_ref().map(MemoryReport::from),
         }
     }
-    Some(MemorySummary {
-        peak_allocated_bytes: with_memory
-            .iter()
-            .map(|(_, m)| m.allocated_peak)
-            .max()
-            .unwrap_or(0),
-        peak_reserved_bytes: high_water,
-        final_reserved_bytes: last.reserved,
-        reserved_growth_events_after_warmup: growth,
-        warmup_batches: warmup,
-        alloc_retries: last.alloc_retries,
-        ooms: last.ooms,
-    })
+}
+
+/// What every stage reported when it ended.
+#[derive(Debug)]
+pub struct StageReports {
+    pub readers: Vec<ReaderStats>,
+    pub bucketing: BucketingReport,
+    pub worker: WorkerReport,
+    pub writers: Vec<WriterReport>,
+}
+
+impl StageReports {
+    /// Rows the writers wrote to part files.
+    pub fn rows_out(&self) -> u64 {
+        self.writers.iter().map(|w| w.rows).sum()
+    }
+
+    /// Rows rejected anywhere (the writers collect every reject).
+    pub fn rows_rejected(&self) -> u64 {
+        self.writers.iter().map(|w| w.rejects.len() as u64).sum()
+    }
+
+    fn rejected_as(&self, kind: RejectKind) -> u64 {
+        let rejects = self.writers.iter().flat_map(|w| &w.rejects);
+        rejects.filter(|r| r.kind == kind).count() as u64
+    }
+
+    fn busy(&self) -> StageBusy {
+        let secs = Duration::as_secs_f64;
+        StageBusy {
+            readers: self.readers.iter().map(|r| secs(&r.busy)).sum(),
+            bucketing: secs(&self.bucketing.busy),
+            model: secs(&self.worker.busy),
+            writers: self.writers.iter().map(|w| secs(&w.busy)).sum(),
+        }
+    }
+}
+
+/// How the run was set up, and what the wiring knows at its end.
+#[derive(Debug)]
+pub struct RunFacts {
+    pub input: String,
+    pub output: String,
+    pub device: String,
+    /// Whether the device is a CUDA device (the allocator setting applies).
+    pub on_cuda: bool,
+    pub model_dtype: String,
+    pub input_files: usize,
+    pub rows_in: u64,
+    pub max_segments: usize,
+    pub final_max_segments: Option<usize>,
+    pub strategy: BatchingStrategy,
+    pub cudnn_benchmark: bool,
+    pub channels_last: bool,
+    pub allocator_conf: Option<String>,
+    pub calibration: Option<Calibration>,
+    pub wall_s: f64,
 }
 
 impl RunReport {
-    pub fn write_json(&self, dir: &Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        let temp = dir.join("._report.json.inprogress");
-        std::fs::write(&temp, text)?;
-        std::fs::rename(temp, dir.join("_report.json"))
+    /// The report of a run whose stages all ended.
+    pub fn from_stages(facts: RunFacts, stages: &StageReports) -> Self {
+        let records: Vec<BatchReport> = stages.worker.batches.iter().map(Into::into).collect();
+        let bucketing = &stages.bucketing;
+        let wall_s = facts.wall_s;
+        Self {
+            input: facts.input,
+            output: facts.output,
+            device: facts.device,
+            model_dtype: facts.model_dtype,
+            input_files: facts.input_files,
+            rows_in: facts.rows_in,
+            rows_out: stages.rows_out(),
+            rows_rejected: stages.rows_rejected(),
+            batches: records.len() as u64,
+            segments: bucketing.segments,
+            padded_segments: bucketing.padded_segments,
+            oversized_batches: bucketing.oversized_batches,
+            max_segments: facts.max_segments,
+            final_max_segments: facts.final_max_segments,
+            size_classes: bucketing.size_classes.clone(),
+            cudnn_benchmark: facts.cudnn_benchmark,
+            channels_last: facts.channels_last,
+            allocator_conf: facts.allocator_conf.filter(|_| facts.on_cuda),
+            oom_events: stages.worker.oom_events,
+            oom_rejected_rows: stages.rejected_as(RejectKind::OomSingleRow),
+            wall_s,
+            rows_per_s: facts.rows_in as f64 / wall_s.max(1e-9),
+            segments_per_s: bucketing.segments as f64 / wall_s.max(1e-9),
+            busy_s: stages.busy(),
+            device_busy_share: device_busy_share(&records, wall_s),
+            peak_rss_bytes: peak_rss_bytes(),
+            memory: memory_summary(&records),
+            strategy: facts.strategy,
+            calibration: facts.calibration.as_ref().map(CalibrationReport::from),
+            batch_records: records,
+        }
     }
 
-    /// Writes `_report.svg`: memory and segments per batch.
-    pub fn write_svg(&self, dir: &Path) -> Result<(), String> {
-        let temp = dir.join("._report.svg.inprogress");
+    /// `_report.json`'s text.
+    pub fn to_json(&self) -> Result<String, ReportError> {
+        serde_json::to_string_pretty(self).map_err(ReportError::Json)
+    }
+
+    /// `_report.svg`'s text: memory and segments per batch.
+    pub fn to_svg(&self) -> Result<String, ReportError> {
         let title = format!(
             "segpredict: {} rows, {} batches on {} ({}), strategy {}",
-            self.rows_in, self.batches, self.device, self.model_dtype, self.strategy
+            self.rows_in,
+            self.batches,
+            self.device,
+            self.model_dtype,
+            strategy_as_written(self.strategy)
         );
-        plot::write_svg(&temp, &title, &self.batch_records)?;
-        std::fs::rename(temp, dir.join("_report.svg")).map_err(|e| e.to_string())
+        plot::svg(&title, &self.batch_records).map_err(ReportError::Plot)
     }
 
     /// A few lines for the terminal.
     pub fn summary(&self) -> String {
-        let mut s = format!(
-            "{} rows in, {} predicted, {} rejected, from {} file(s) on {} ({})\n\
-             {} batches, {} segments ({} padding), {}{}\n\
-             {:.1} s: {:.0} rows/s, {:.0} segments/s; busy s: readers {:.2}, bucketing {:.2}, model {:.2}, writers {:.2}\n",
-            self.rows_in,
-            self.rows_out,
-            self.rows_rejected,
-            self.input_files,
-            self.device,
-            self.model_dtype,
-            self.batches,
-            self.segments,
-            self.padded_segments.saturating_sub(self.segments),
-            if self.strategy == "Rows" {
-                "fixed rows per batch (no segment budget)".to_string()
-            } else {
-                format!("budget {} segments", self.final_max_segments.unwrap_or(self.max_segments))
-            },
-            if self.oversized_batches > 0 {
-                format!(", {} oversized row(s) ran alone", self.oversized_batches)
-            } else {
-                String::new()
-            },
-            self.wall_s,
-            self.rows_per_s,
-            self.segments_per_s,
-            self.busy_s.readers,
-            self.busy_s.bucketing,
-            self.busy_s.model,
-            self.busy_s.writers,
-        );
+        let mut s = self.totals_lines();
         if let Some(share) = self.device_busy_share {
             s += &format!("GPU busy {:.0}% of the run\n", share * 100.0);
         }
@@ -234,4 +317,53 @@ impl RunReport {
         s += &format!("output: {}", self.output);
         s
     }
+
+    /// The summary's first three lines: rows, batches, time.
+    fn totals_lines(&self) -> String {
+        format!(
+            "{} rows in, {} predicted, {} rejected, from {} file(s) on {} ({})\n\
+             {} batches, {} segments ({} padding), {}{}\n\
+             {:.1} s: {:.0} rows/s, {:.0} segments/s; busy s: readers {:.2}, bucketing {:.2}, model {:.2}, writers {:.2}\n",
+            self.rows_in,
+            self.rows_out,
+            self.rows_rejected,
+            self.input_files,
+            self.device,
+            self.model_dtype,
+            self.batches,
+            self.segments,
+            self.padded_segments.saturating_sub(self.segments),
+            self.budget_words(),
+            if self.oversized_batches > 0 {
+                format!(", {} oversized row(s) ran alone", self.oversized_batches)
+            } else {
+                String::new()
+            },
+            self.wall_s,
+            self.rows_per_s,
+            self.segments_per_s,
+            self.busy_s.readers,
+            self.busy_s.bucketing,
+            self.busy_s.model,
+            self.busy_s.writers,
+        )
+    }
+
+    fn budget_words(&self) -> String {
+        match self.strategy {
+            BatchingStrategy::Rows => "fixed rows per batch (no segment budget)".to_string(),
+            BatchingStrategy::SegmentBudget => format!(
+                "budget {} segments",
+                self.final_max_segments.unwrap_or(self.max_segments)
+            ),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("serialising the run report")]
+    Json(#[source] serde_json::Error),
+    #[error("drawing the run report's plot")]
+    Plot(#[source] plot::PlotError),
 }

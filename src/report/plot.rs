@@ -1,28 +1,34 @@
 //! `_report.svg`: device memory and segments per batch over the run, the
 //! picture the seed's author drew by hand with print statements.
 
-use std::path::Path;
-
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::worker::{BatchRecord, MemoryStats};
+use super::{BatchReport, MemoryReport};
 
 const WIDTH: u32 = 1200;
 const PANEL_HEIGHT: u32 = 360;
+
+/// What drawing the SVG can fail with (its file is written through io).
+pub type PlotError = DrawingAreaErrorKind<std::io::Error>;
 
 /// One line of a panel: its legend, colour and (batch, value) points.
 type Series = (&'static str, RGBColor, Vec<(usize, f64)>);
 
 /// Draws the memory panel (CUDA runs only) above the segments panel.
-pub fn write_svg(path: &Path, title: &str, records: &[BatchRecord]) -> Result<(), String> {
+pub fn svg(title: &str, records: &[BatchReport]) -> Result<String, PlotError> {
+    let mut text = String::new();
+    draw(&mut text, title, records)?;
+    Ok(text)
+}
+
+fn draw(text: &mut String, title: &str, records: &[BatchReport]) -> Result<(), PlotError> {
     let has_memory = records.iter().any(|r| r.memory.is_some());
     let panels = if has_memory { 2 } else { 1 };
-    let root = SVGBackend::new(path, (WIDTH, PANEL_HEIGHT * panels + 40)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let root = root
-        .titled(title, ("sans-serif", 22))
-        .map_err(|e| e.to_string())?;
+    let root =
+        SVGBackend::with_string(text, (WIDTH, PANEL_HEIGHT * panels + 40)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 22))?;
     let areas = root.split_evenly((panels as usize, 1));
     let mut areas = areas.iter();
     if has_memory {
@@ -49,7 +55,7 @@ pub fn write_svg(path: &Path, title: &str, records: &[BatchRecord]) -> Result<()
         }
     }
     if let Some(area) = areas.next() {
-        let per_batch = |f: fn(&BatchRecord) -> usize| -> Vec<(usize, f64)> {
+        let per_batch = |f: fn(&BatchReport) -> usize| -> Vec<(usize, f64)> {
             records
                 .iter()
                 .enumerate()
@@ -67,10 +73,10 @@ pub fn write_svg(path: &Path, title: &str, records: &[BatchRecord]) -> Result<()
         let caption = "segments per batch (model input's first dimension)";
         draw_panel(area, caption, "segments", records.len(), segments)?;
     }
-    root.present().map_err(|e| e.to_string())
+    root.present()
 }
 
-fn memory_series(records: &[BatchRecord], field: fn(&MemoryStats) -> i64) -> Vec<(usize, f64)> {
+fn memory_series(records: &[BatchReport], field: fn(&MemoryReport) -> i64) -> Vec<(usize, f64)> {
     records
         .iter()
         .enumerate()
@@ -78,13 +84,13 @@ fn memory_series(records: &[BatchRecord], field: fn(&MemoryStats) -> i64) -> Vec
         .collect()
 }
 
-fn draw_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
+fn draw_panel(
+    area: &DrawingArea<SVGBackend, Shift>,
     caption: &str,
     y_desc: &str,
     n_batches: usize,
     series: Vec<Series>,
-) -> Result<(), String> {
+) -> Result<(), PlotError> {
     let top = series
         .iter()
         .flat_map(|s| s.2.iter().map(|p| p.1))
@@ -95,18 +101,15 @@ fn draw_panel<DB: DrawingBackend>(
         .x_label_area_size(30)
         .y_label_area_size(70)
         .caption(caption, ("sans-serif", 16))
-        .build_cartesian_2d(0..n_batches.max(1), 0.0..top)
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(0..n_batches.max(1), 0.0..top)?;
     chart
         .configure_mesh()
         .x_desc("batch")
         .y_desc(y_desc)
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     for (label, colour, points) in series {
         chart
-            .draw_series(LineSeries::new(points, colour))
-            .map_err(|e| e.to_string())?
+            .draw_series(LineSeries::new(points, colour))?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }
@@ -115,5 +118,4 @@ fn draw_panel<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| e.to_string())
 }

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use serde::Serialize;
+use crate::message::MemoryStats;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -79,20 +79,6 @@ impl Drop for InferenceModeGuard {
             unsafe { seg_inference_mode_exit(self.guard) }
         }
     }
-}
-
-/// Device memory after one batch, in bytes; peaks are since the previous batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MemoryStats {
-    pub allocated: i64,
-    pub allocated_peak: i64,
-    pub reserved: i64,
-    pub reserved_peak: i64,
-    pub inactive_split: i64,
-    pub alloc_retries: i64,
-    pub ooms: i64,
-    pub device_free: i64,
-    pub device_total: i64,
 }
 
 const ERR_LEN: usize = 512;

@@ -6,10 +6,11 @@
 //! the largest budget whose predicted peak stays under the target; then run
 //! that budget once and shrink it while the measured peak is over.
 
-use serde::Serialize;
-
 use super::{alloc, Worker, WorkerError};
-use crate::message::{Batch, BatchExtra, ExtraSpec, InputSpec, Origin, RowId, RowMeta};
+use crate::message::{
+    Batch, BatchExtra, Calibration, CalibrationPoint, ExtraSpec, FlushReason, InputSpec, LinearFit,
+    Origin, RowId, RowMeta,
+};
 
 /// Segments per synthetic row: the sample's median, so per-row work is typical.
 const SEGMENTS_PER_ROW: usize = 18;
@@ -17,32 +18,6 @@ const SEGMENTS_PER_ROW: usize = 18;
 const BUDGET_QUANTUM: usize = 64;
 /// No budget above this is tried, whatever the target.
 const MAX_TRIED_SEGMENTS: usize = 1 << 20;
-
-/// One measured segment total.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct CalibrationPoint {
-    pub segments: usize,
-    pub peak_reserved: i64,
-    pub peak_allocated: i64,
-}
-
-/// `reserved ≈ intercept + slope * segments`, in bytes.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct LinearFit {
-    pub intercept: f64,
-    pub slope: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Calibration {
-    pub target_bytes: u64,
-    pub points: Vec<CalibrationPoint>,
-    pub fit: LinearFit,
-    pub max_segments: usize,
-    pub size_classes: Vec<usize>,
-    /// Peak reserved measured at the chosen budget.
-    pub measured_peak_reserved: i64,
-}
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CalibrationError {
@@ -138,15 +113,18 @@ fn next_total(points: &[CalibrationPoint], target_bytes: u64) -> Option<usize> {
 }
 
 impl Worker {
-    /// Measures the model on `device` and picks the budget for `target_bytes`.
+    /// Measures the model on `device` and picks the budget for `target_bytes`;
+    /// `size_classes_for` gives the classes for a budget (the bucketing
+    /// stage's ladder, passed in by the caller that wires the stages).
     pub fn calibrate(
         &self,
-        inputs: &InputSpec,
         target_bytes: u64,
+        size_classes_for: fn(usize) -> Vec<usize>,
     ) -> Result<Calibration, WorkerError> {
         let cuda_index = self
             .cuda_index()
             .ok_or(WorkerError::Calibration(CalibrationError::NotCuda))?;
+        let inputs = &self.inputs;
         let _no_grad = tch::no_grad_guard();
         let mut points = Vec::new();
         while let Some(total) = next_total(&points, target_bytes) {
@@ -172,34 +150,46 @@ impl Worker {
             .collect();
         let fit_points = if upper.len() >= 2 { &upper } else { &points };
         let fit = fit_line(fit_points).map_err(WorkerError::Calibration)?;
-        let mut max_segments = budget_for_target(&fit, target_bytes);
-        let mut measured = self.measure(inputs, max_segments, cuda_index)?;
-        // The line is an estimate: shrink while the real peak is over target.
-        for _ in 0..4 {
-            match measured {
-                Some(p) if p.peak_reserved as u64 <= target_bytes => break,
-                Some(p) => {
-                    let shrink = target_bytes as f64 / p.peak_reserved as f64 * 0.98;
-                    max_segments = ((max_segments as f64 * shrink) as usize / BUDGET_QUANTUM
-                        * BUDGET_QUANTUM)
-                        .max(BUDGET_QUANTUM);
-                }
-                None => {
-                    max_segments =
-                        (max_segments / 2 / BUDGET_QUANTUM * BUDGET_QUANTUM).max(BUDGET_QUANTUM)
-                }
-            }
-            measured = self.measure(inputs, max_segments, cuda_index)?;
-        }
+        let (max_segments, measured) = self.fit_budget(
+            budget_for_target(&fit, target_bytes),
+            target_bytes,
+            cuda_index,
+        )?;
         alloc::empty_cache().map_err(WorkerError::Stats)?;
         Ok(Calibration {
             target_bytes,
             points,
             fit,
             max_segments,
-            size_classes: crate::bucketing::default_size_classes(max_segments),
+            size_classes: size_classes_for(max_segments),
             measured_peak_reserved: measured.map_or(-1, |p| p.peak_reserved),
         })
+    }
+
+    /// The line is an estimate: measure the budget it gives and shrink it
+    /// while the real peak is over target (a few tries). Returns the budget
+    /// and its measurement (`None`: still out of memory).
+    fn fit_budget(
+        &self,
+        mut max_segments: usize,
+        target_bytes: u64,
+        cuda_index: usize,
+    ) -> Result<(usize, Option<CalibrationPoint>), WorkerError> {
+        let quantised =
+            |segments: usize| (segments / BUDGET_QUANTUM * BUDGET_QUANTUM).max(BUDGET_QUANTUM);
+        let mut measured = self.measure(&self.inputs, max_segments, cuda_index)?;
+        for _ in 0..4 {
+            max_segments = match measured {
+                Some(p) if p.peak_reserved as u64 <= target_bytes => break,
+                Some(p) => {
+                    let shrink = target_bytes as f64 / p.peak_reserved as f64 * 0.98;
+                    quantised((max_segments as f64 * shrink) as usize)
+                }
+                None => quantised(max_segments / 2),
+            };
+            measured = self.measure(&self.inputs, max_segments, cuda_index)?;
+        }
+        Ok((max_segments, measured))
     }
 
     /// Peak memory of two forward passes over `total` segments, from an empty
@@ -282,7 +272,7 @@ pub fn synthetic_batch(inputs: &InputSpec, total: usize) -> Batch {
         padded_segments: total,
         segments,
         extras,
-        flush_reason: "calibration",
+        flush_reason: FlushReason::Calibration,
     }
 }
 

@@ -7,21 +7,26 @@
 
 pub mod alloc;
 pub mod calibrate;
+mod device;
 mod model;
 mod probe;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-pub use alloc::MemoryStats;
+pub use device::{choose_device, configure_allocator, set_cudnn_benchmark};
 use model::Model;
 
-use crate::message::{Batch, BatchExtra, InputSpec, Predictions, Reject, WriterMsg};
+use crate::message::{
+    Batch, BatchExtra, BatchRecord, FlushReason, InputSpec, MemoryStats, Predictions, Reject,
+    RejectKind, WorkerReport, WriterMsg,
+};
 
 /// `[model]`: the TorchScript model, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
@@ -115,6 +120,8 @@ pub enum WorkerError {
     BadDevice(String),
     #[error("device {0} requested but CUDA is not available")]
     NoCuda(String),
+    #[error("cudnn_benchmark = true needs pad_to_size_classes = true: unpadded, every batch is a new shape and re-tunes")]
+    CudnnNeedsPadding,
     #[error("batch {seq} ({rows} rows, {segments} segments): the model failed: {message}")]
     Forward {
         seq: u64,
@@ -122,32 +129,17 @@ pub enum WorkerError {
         segments: usize,
         message: String,
     },
-    #[error("one tiny forward pass failed: {0}")]
-    Probe(String),
+    #[error("model {path} with labels {labels} ({n_labels} labels): one tiny forward pass failed: {message}")]
+    Probe {
+        path: PathBuf,
+        labels: PathBuf,
+        n_labels: usize,
+        message: String,
+    },
     #[error("reading allocator statistics: {0}")]
     Stats(String),
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
-}
-
-/// Parses the device setting; `auto` is CUDA device 0 when CUDA is present.
-pub fn choose_device(setting: &str) -> Result<Device, WorkerError> {
-    let cuda = |index: usize| {
-        if tch::Cuda::is_available() && index < tch::Cuda::device_count() as usize {
-            Ok(Device::Cuda(index))
-        } else {
-            Err(WorkerError::NoCuda(setting.to_string()))
-        }
-    };
-    match setting {
-        "auto" if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
-        "auto" | "cpu" => Ok(Device::Cpu),
-        "cuda" => cuda(0),
-        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(index)) => cuda(index),
-            _ => Err(WorkerError::BadDevice(other.to_string())),
-        },
-    }
 }
 
 /// Reads the label map: one label per line, line i for class i.
@@ -173,31 +165,12 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
 /// What the worker needs besides its channels, built before any thread starts.
 pub struct Worker {
     model: Model,
+    labels: Arc<Vec<String>>,
+    inputs: InputSpec,
+    cudnn_benchmark: bool,
     channels_last: bool,
     oom_recovery: bool,
     fault_oom_above: Option<usize>,
-}
-
-/// One record per forward pass, for the run report.
-#[derive(Debug, Clone, Serialize)]
-pub struct BatchRecord {
-    pub seq: u64,
-    pub rows: usize,
-    pub segments: usize,
-    pub padded_segments: usize,
-    pub flush_reason: &'static str,
-    /// Host wall time from queueing the batch to its answers on the host
-    /// (it overlaps the next batch's queueing).
-    pub wall_ms: f64,
-    /// Device time of the batch (see [`model::Predicted::device_ms`]);
-    /// absent on CPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_ms: Option<f64>,
-    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
-    pub split_depth: u32,
-    /// Absent on CPU (not zero): there is no caching allocator to read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryStats>,
 }
 
 /// A batch queued on the device whose answers have not been collected.
@@ -215,29 +188,25 @@ enum Launch {
     Failed(Batch, tch::TchError),
 }
 
-/// What the worker reports when it ends.
-#[derive(Debug, Default)]
-pub struct WorkerReport {
-    pub batches: Vec<BatchRecord>,
-    pub oom_events: u64,
-    /// Time queueing batches and waiting for their answers.
-    pub busy: Duration,
-}
-
 impl Worker {
-    pub fn new(
+    /// Labels, device, cuDNN mode and model: everything the worker needs,
+    /// loaded and checked before any thread starts. `padded_shapes` says
+    /// whether bucketing pads batches to size classes.
+    pub fn load(
         config: &ModelConfig,
-        device: Device,
-        inputs: &InputSpec,
-        n_labels: usize,
+        inputs: InputSpec,
+        padded_shapes: bool,
     ) -> Result<Self, WorkerError> {
+        let labels = Arc::new(load_labels(&config.labels)?);
+        let device = choose_device(&config.device)?;
+        let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         tch::jit::f_set_profiling_mode(config.jit_profiling).map_err(|e| {
             WorkerError::ModelLoad {
                 path: config.path.clone(),
                 message: e.to_string(),
             }
         })?;
-        let model = Model::load(&config.path, device, config.dtype, inputs, n_labels)?;
+        let model = Model::load(&config.path, device, config.dtype, &inputs, labels.len())?;
         let channels_last = config.channels_last.unwrap_or(device.is_cuda());
         if channels_last {
             model
@@ -247,12 +216,22 @@ impl Worker {
                     message: format!("converting to channels-last: {e}"),
                 })?;
         }
-        Ok(Self {
+        let worker = Self {
             model,
+            labels,
+            inputs,
+            cudnn_benchmark,
             channels_last,
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
-        })
+        };
+        worker.probe().map_err(|message| WorkerError::Probe {
+            path: config.path.clone(),
+            labels: config.labels.clone(),
+            n_labels: worker.labels.len(),
+            message,
+        })?;
+        Ok(worker)
     }
 
     /// Runs until the batch channel closes or the run is cancelled. `budget`
@@ -447,7 +426,7 @@ impl Worker {
                     .map(|meta| Reject {
                         id: Some(meta.id),
                         origin: meta.origin,
-                        kind: "oom_single_row",
+                        kind: RejectKind::OomSingleRow,
                         reason: format!(
                             "out of memory on a row of {} segments alone: {}",
                             lone.n_segments,
@@ -475,6 +454,20 @@ impl Worker {
     /// Whether the weights were laid out channels-last.
     pub fn channels_last(&self) -> bool {
         self.channels_last
+    }
+
+    /// Whether cuDNN's benchmark mode is on.
+    pub fn cudnn_benchmark(&self) -> bool {
+        self.cudnn_benchmark
+    }
+
+    /// The label of each class id the model returns.
+    pub fn labels(&self) -> Arc<Vec<String>> {
+        self.labels.clone()
+    }
+
+    pub fn device(&self) -> Device {
+        self.model.device
     }
 
     fn cuda_index(&self) -> Option<usize> {
@@ -525,7 +518,7 @@ fn unpadded(mut batch: Batch) -> Batch {
     let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
     batch.segments.truncate(batch.n_segments * segment_bytes);
     batch.padded_segments = batch.n_segments;
-    batch.flush_reason = "oom_unpadded";
+    batch.flush_reason = FlushReason::OomUnpadded;
     batch
 }
 
@@ -562,7 +555,7 @@ pub fn split_in_half(batch: Batch) -> Split {
         padded_segments: first_segments,
         segments,
         extras: first_extras,
-        flush_reason: "oom_split",
+        flush_reason: FlushReason::OomSplit,
     };
     let second = Batch {
         seq: batch.seq,
@@ -572,7 +565,7 @@ pub fn split_in_half(batch: Batch) -> Split {
         padded_segments: second_segments,
         segments: second_bytes,
         extras: second_extras,
-        flush_reason: "oom_split",
+        flush_reason: FlushReason::OomSplit,
     };
     Split::Halves(first, second)
 }

@@ -3,24 +3,23 @@
 //! fails in seconds instead of at the first batch of the night.
 
 use super::calibrate::synthetic_batch;
-use super::{Worker, WorkerError};
-use crate::message::InputSpec;
+use super::Worker;
 
 impl Worker {
     /// Runs the model on one row of one synthetic segment and checks that it
-    /// answers one score per label.
-    pub fn probe(&self, inputs: &InputSpec) -> Result<(), WorkerError> {
+    /// answers one score per label; the error is TorchScript's first line.
+    pub(super) fn probe(&self) -> Result<(), String> {
         let _no_grad = tch::no_grad_guard();
-        let batch = synthetic_batch(inputs, 1);
+        let batch = synthetic_batch(&self.inputs, 1);
         self.model
             .launch(&batch)
             .and_then(|launched| launched.wait())
             .map(|_| ())
-            .map_err(|e| WorkerError::Probe(first_meaningful_line(&e.to_string())))
+            .map_err(|e| first_meaningful_line(&e.to_string()))
     }
 }
 
-/// TorchScript errors span many lines; the shape message is the first.
+/// TorchScript errors span many lines; the first says what went wrong.
 fn first_meaningful_line(text: &str) -> String {
     text.lines()
         .map(str::trim)

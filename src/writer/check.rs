@@ -2,9 +2,10 @@
 //! the same refusals as [`WriterConfig::prepare_dir`], but nothing created,
 //! cleared or written.
 
+use std::io;
 use std::path::Path;
 
-use super::{is_our_output, WriterConfig, WriterError};
+use super::{OutputLayout, WriterConfig, WriterError};
 
 impl WriterConfig {
     /// Whether `prepare_dir` would succeed: settings valid, no earlier
@@ -17,62 +18,55 @@ impl WriterConfig {
             ));
         }
         let dir = &self.dir;
-        let dir_error = |message: String| WriterError::Dir {
+        let dir_error = |source| WriterError::Dir {
             path: dir.clone(),
-            message,
+            source,
         };
-        if dir.exists() {
-            if !dir.is_dir() {
-                return Err(dir_error("it is not a directory".into()));
-            }
-            let entries = std::fs::read_dir(dir).map_err(|e| dir_error(e.to_string()))?;
-            let ours: Vec<String> = entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| is_our_output(name))
-                .collect();
-            if !ours.is_empty() && !self.overwrite {
-                return Err(WriterError::NotEmpty {
-                    path: dir.clone(),
-                    found: format!("{} files such as {}", ours.len(), ours[0]),
-                });
-            }
-            return writable(dir).map_err(dir_error);
+        if !dir.exists() {
+            return writable(nearest_existing_folder(dir)).map_err(dir_error);
         }
-        // The nearest folder that exists is where the directory would be made.
-        let parent = dir
-            .ancestors()
-            .skip(1)
-            .find(|p| p.as_os_str().is_empty() || p.exists())
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
-            .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            return Err(dir_error(format!(
-                "{} is not a directory",
-                parent.display()
-            )));
+        let ours: Vec<String> = std::fs::read_dir(dir)
+            .map_err(dir_error)?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| OutputLayout::is_ours(name))
+            .collect();
+        if !ours.is_empty() && !self.overwrite {
+            return Err(WriterError::NotEmpty {
+                path: dir.clone(),
+                found: format!("{} files such as {}", ours.len(), ours[0]),
+            });
         }
-        writable(parent).map_err(|m| dir_error(format!("{}: {m}", parent.display())))
+        writable(dir).map_err(dir_error)
     }
 }
 
-/// `access(2)` with write and search permission: asks the kernel without
-/// creating anything (and sees a read-only file system too).
-fn writable(dir: &Path) -> Result<(), String> {
+/// Where `create_dir_all` would start creating `dir`.
+fn nearest_existing_folder(dir: &Path) -> &Path {
+    dir.ancestors()
+        .skip(1)
+        .find(|p| p.as_os_str().is_empty() || p.exists())
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// A directory with write and search permission, asked of the kernel with
+/// `access(2)` so nothing is created (a read-only file system shows too).
+fn writable(dir: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
+    if !dir.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| "the path holds a NUL byte".to_string())?;
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
     let status = unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) };
     if status == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::last_os_error().to_string())
+        Err(io::Error::last_os_error())
     }
 }

@@ -6,21 +6,22 @@
 //! collected and written once, at the end, to `_rejects.parquet`.
 
 mod check;
+mod layout;
 mod parts;
 mod rejects;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 use serde::Deserialize;
 
+pub use layout::OutputLayout;
 pub use rejects::write_rejects;
 
-use crate::message::{Reject, Sources, WriterMsg};
-use crate::reader::IdKind;
+use crate::message::{IdKind, Sources, WriterMsg, WriterReport};
 use parts::PartWriter;
 
 /// `[writers]`: where predictions go.
@@ -66,12 +67,34 @@ pub enum Compression {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriterError {
-    #[error("output directory {path} cannot be used: {message}")]
-    Dir { path: PathBuf, message: String },
+    #[error("output directory {path} cannot be used")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("output directory {path} already holds segpredict output ({found}); set writers.overwrite = true or pass --overwrite")]
     NotEmpty { path: PathBuf, found: String },
-    #[error("writing {path}: {message}")]
-    Write { path: PathBuf, message: String },
+    #[error("writing {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {path}")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("writing {path}: building the record batch")]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("writing {path}: the part is already closed")]
+    Closed { path: PathBuf },
     #[error("invalid [writers] section: {0}")]
     Config(String),
     #[error("the model returned class {label_id} but the labels file has {n_labels} labels")]
@@ -88,27 +111,14 @@ pub struct OutputSchema {
     pub rows_written: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Counts a writer thread reports when it ends, and the rejects it was sent.
-#[derive(Debug, Default)]
-pub struct WriterReport {
-    pub rows: u64,
-    pub files: Vec<PathBuf>,
-    pub rejects: Vec<Reject>,
-    pub busy: Duration,
-}
-
-/// Names this program gives its output, and so may replace with `overwrite`.
-fn is_our_output(name: &str) -> bool {
-    (name.starts_with("part-") && name.ends_with(".parquet"))
-        || name.starts_with("_report.")
-        || name == "_rejects.parquet"
-        || name == "_SUCCESS"
-        || (name.starts_with(".part-") && name.ends_with(".inprogress"))
-}
-
 impl WriterConfig {
     pub fn effective_threads(&self) -> usize {
         self.threads.max(1)
+    }
+
+    /// The names of this run's output files.
+    pub fn layout(&self) -> OutputLayout {
+        OutputLayout::new(&self.dir)
     }
 
     /// Creates the directory, proves it writable, and refuses (or with
@@ -120,15 +130,15 @@ impl WriterConfig {
             ));
         }
         let dir = &self.dir;
-        let dir_error = |e: std::io::Error| WriterError::Dir {
+        let dir_error = |source| WriterError::Dir {
             path: dir.clone(),
-            message: e.to_string(),
+            source,
         };
         std::fs::create_dir_all(dir).map_err(dir_error)?;
         let ours: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(dir_error)?
             .filter_map(Result::ok)
-            .filter(|e| is_our_output(&e.file_name().to_string_lossy()))
+            .filter(|e| OutputLayout::is_ours(&e.file_name().to_string_lossy()))
             .map(|e| e.path())
             .collect();
         if !ours.is_empty() && !self.overwrite {
@@ -145,7 +155,7 @@ impl WriterConfig {
         for path in ours {
             std::fs::remove_file(&path).map_err(dir_error)?;
         }
-        let probe = dir.join(".segpredict-write-probe");
+        let probe = self.layout().write_probe();
         std::fs::write(&probe, b"").map_err(dir_error)?;
         std::fs::remove_file(&probe).map_err(dir_error)
     }
@@ -162,6 +172,7 @@ pub fn run_writer(
 ) -> Result<WriterReport, WriterError> {
     crate::cpu::lower_this_thread();
     let mut report = WriterReport::default();
+    let layout = config.layout();
     let mut part: Option<PartWriter> = None;
     let mut part_seq = 0usize;
     for message in messages {
@@ -177,7 +188,7 @@ pub fn run_writer(
                     None => {
                         part_seq += 1;
                         part.insert(PartWriter::create(
-                            &config.dir,
+                            &layout,
                             writer_idx,
                             part_seq,
                             config.compression,
@@ -210,10 +221,19 @@ pub fn run_writer(
 
 /// Marks a complete run, as Spark and Hadoop jobs do: downstream jobs wait
 /// for this file rather than guessing from the part files.
-pub fn write_success(dir: &Path) -> Result<(), WriterError> {
-    let path = dir.join("_SUCCESS");
-    std::fs::write(&path, b"").map_err(|e| WriterError::Write {
-        path,
-        message: e.to_string(),
-    })
+pub fn write_success(layout: &OutputLayout) -> Result<(), WriterError> {
+    let path = layout.success();
+    std::fs::write(&path, b"").map_err(|source| WriterError::Io { path, source })
+}
+
+/// Writes a whole file under its hidden in-progress name, then gives it its
+/// final name, so a file under a final name is complete.
+pub fn write_whole(layout: &OutputLayout, path: &Path, bytes: &[u8]) -> Result<(), WriterError> {
+    let temp = layout.in_progress(path);
+    let io_error = |source| WriterError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&temp, bytes).map_err(io_error)?;
+    std::fs::rename(&temp, path).map_err(io_error)
 }

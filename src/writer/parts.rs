@@ -1,7 +1,7 @@
 //! One part file: written under a hidden temporary name, renamed when whole.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -13,9 +13,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::{Compression, OutputSchema, WriterError};
-use crate::message::{Predictions, RowId};
-use crate::reader::IdKind;
+use super::{Compression, OutputLayout, OutputSchema, WriterError};
+use crate::message::{IdKind, Predictions, RowId};
 
 pub struct PartWriter {
     temp: PathBuf,
@@ -59,23 +58,24 @@ pub fn properties(compression: Compression) -> WriterProperties {
 
 impl PartWriter {
     pub fn create(
-        dir: &Path,
+        layout: &OutputLayout,
         writer_idx: usize,
         seq: usize,
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let name = format!("part-{writer_idx:02}-{seq:05}.parquet");
-        let final_path = dir.join(&name);
-        let temp = dir.join(format!(".{name}.inprogress"));
-        let write_error = |message: String| WriterError::Write {
+        let final_path = layout.part(writer_idx, seq);
+        let temp = layout.in_progress(&final_path);
+        let file = File::create(&temp).map_err(|source| WriterError::Io {
             path: temp.clone(),
-            message,
-        };
-        let file = File::create(&temp).map_err(|e| write_error(e.to_string()))?;
+            source,
+        })?;
         let schema = arrow_schema(output.id_kind);
         let writer = ArrowWriter::try_new(file, schema.clone(), Some(properties(compression)))
-            .map_err(|e| write_error(e.to_string()))?;
+            .map_err(|source| WriterError::Parquet {
+                path: temp.clone(),
+                source,
+            })?;
         Ok(Self {
             temp,
             final_path,
@@ -93,34 +93,32 @@ impl PartWriter {
     pub fn write(&mut self, predictions: &Predictions) -> Result<(), WriterError> {
         let batch = self.record_batch(predictions)?;
         let temp = &self.temp;
-        let writer = self.writer.as_mut().ok_or_else(|| WriterError::Write {
-            path: temp.clone(),
-            message: "the part is already closed".into(),
-        })?;
-        writer.write(&batch).map_err(|e| WriterError::Write {
-            path: self.temp.clone(),
-            message: e.to_string(),
-        })?;
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| WriterError::Closed { path: temp.clone() })?;
+        writer
+            .write(&batch)
+            .map_err(|source| WriterError::Parquet {
+                path: temp.clone(),
+                source,
+            })?;
         self.rows += predictions.rows.len();
         Ok(())
     }
 
     /// Closes the file and gives it its final name.
     pub fn finish(mut self) -> Result<PathBuf, WriterError> {
-        let writer = self
-            .writer
-            .take()
-            .ok_or_else(|| self.error("the part is already closed".into()))?;
-        writer.close().map_err(|e| self.error(e.to_string()))?;
-        std::fs::rename(&self.temp, &self.final_path).map_err(|e| self.error(e.to_string()))?;
-        Ok(self.final_path.clone())
-    }
-
-    fn error(&self, message: String) -> WriterError {
-        WriterError::Write {
-            path: self.temp.clone(),
-            message,
+        let path = self.temp.clone();
+        if let Some(writer) = self.writer.take() {
+            writer.close().map_err(|source| WriterError::Parquet {
+                path: path.clone(),
+                source,
+            })?;
         }
+        std::fs::rename(&self.temp, &self.final_path)
+            .map_err(|source| WriterError::Io { path, source })?;
+        Ok(self.final_path.clone())
     }
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
@@ -158,8 +156,11 @@ impl PartWriter {
         };
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
         for row in &p.rows {
-            let path = self.output.sources.get(row.origin.file_idx as usize);
-            sources.append_value(path.map(|p| p.display().to_string()).unwrap_or_default());
+            let file = self.output.sources.get(row.origin.file_idx as usize);
+            sources.append_value(
+                file.map(|f| f.path.display().to_string())
+                    .unwrap_or_default(),
+            );
         }
         let columns: Vec<ArrayRef> = vec![
             ids,
@@ -174,7 +175,10 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| self.error(e.to_string()))
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
+            path: self.temp.clone(),
+            source,
+        })
     }
 }
 

@@ -1,44 +1,66 @@
 //! `_rejects.parquet`: every row that did not reach the output, and why.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
-use super::{Compression, WriterError};
+use super::{Compression, OutputLayout, WriterError};
 use crate::message::{Reject, Sources};
 
 /// Writes all rejects (possibly none: the file's presence says the run
 /// checked) sorted by file and row, under a temporary name first.
 pub fn write_rejects(
-    dir: &Path,
+    layout: &OutputLayout,
     rejects: &mut [Reject],
     sources: &Sources,
 ) -> Result<(), WriterError> {
     rejects.sort_by_key(|r| (r.origin.file_idx, r.origin.row_idx));
-    let path = dir.join("_rejects.parquet");
-    let temp = dir.join("._rejects.parquet.inprogress");
-    let error = |message: String| WriterError::Write {
+    let path = layout.rejects();
+    let temp = layout.in_progress(&path);
+    let schema = rejects_schema();
+    let columns = reject_columns(rejects, sources);
+    let arrow_error = |source| WriterError::Arrow {
         path: path.clone(),
-        message,
+        source,
     };
-    let schema = Arc::new(Schema::new(vec![
+    let parquet_error = |source| WriterError::Parquet {
+        path: path.clone(),
+        source,
+    };
+    let io_error = |source| WriterError::Io {
+        path: path.clone(),
+        source,
+    };
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(arrow_error)?;
+    let file = std::fs::File::create(&temp).map_err(io_error)?;
+    let props = super::parts::properties(Compression::Zstd);
+    let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(parquet_error)?;
+    writer.write(&batch).map_err(parquet_error)?;
+    writer.close().map_err(parquet_error)?;
+    std::fs::rename(&temp, &path).map_err(io_error)
+}
+
+fn rejects_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, true),
         Field::new("source_file", DataType::Utf8, false),
         Field::new("source_row", DataType::Int64, false),
         Field::new("kind", DataType::Utf8, false),
         Field::new("reason", DataType::Utf8, false),
-    ]));
+    ]))
+}
+
+fn reject_columns(rejects: &[Reject], sources: &Sources) -> Vec<ArrayRef> {
     let source_name = |r: &Reject| {
         sources
             .get(r.origin.file_idx as usize)
-            .map(|p| p.display().to_string())
+            .map(|f| f.path.display().to_string())
             .unwrap_or_default()
     };
-    let columns: Vec<ArrayRef> = vec![
+    vec![
         Arc::new(
             rejects
                 .iter()
@@ -60,7 +82,7 @@ pub fn write_rejects(
         Arc::new(
             rejects
                 .iter()
-                .map(|r| Some(r.kind))
+                .map(|r| Some(r.kind.as_str()))
                 .collect::<StringArray>(),
         ),
         Arc::new(
@@ -69,13 +91,5 @@ pub fn write_rejects(
                 .map(|r| Some(r.reason.as_str()))
                 .collect::<StringArray>(),
         ),
-    ];
-    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| error(e.to_string()))?;
-    let file = std::fs::File::create(&temp).map_err(|e| error(e.to_string()))?;
-    let props = super::parts::properties(Compression::Zstd);
-    let mut writer =
-        ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| error(e.to_string()))?;
-    writer.write(&batch).map_err(|e| error(e.to_string()))?;
-    writer.close().map_err(|e| error(e.to_string()))?;
-    std::fs::rename(&temp, &path).map_err(|e| error(e.to_string()))
+    ]
 }

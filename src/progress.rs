@@ -1,0 +1,52 @@
+//! The progress display: a bar for a person at a terminal, a log line every
+//! half minute for a batch job's log (and for `--log-format json`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(200);
+const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// Shows `rows_written` of `total_rows` until `done` or `cancel` is set.
+pub fn show_progress(
+    total_rows: u64,
+    rows_written: &AtomicU64,
+    done: &AtomicBool,
+    cancel: &AtomicBool,
+) {
+    let bar = crate::logging::draws_progress_bar().then(|| terminal_bar(total_rows));
+    let mut last_log = Instant::now();
+    while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
+        std::thread::sleep(TICK);
+        let rows = rows_written.load(Ordering::Relaxed);
+        match &bar {
+            Some(bar) => bar.set_position(rows),
+            None if last_log.elapsed() >= LOG_EVERY => {
+                log_progress(rows, total_rows);
+                last_log = Instant::now();
+            }
+            None => {}
+        }
+    }
+    match bar {
+        Some(bar) => bar.finish_and_clear(),
+        // The log's last progress line says where the stages ended.
+        None => log_progress(rows_written.load(Ordering::Relaxed), total_rows),
+    }
+}
+
+/// Under its own target, which the default filter lets through.
+fn log_progress(rows: u64, total_rows: u64) {
+    tracing::info!(target: crate::logging::PROGRESS_TARGET, rows, total_rows, "progress");
+}
+
+fn terminal_bar(total_rows: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total_rows);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} rows ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
