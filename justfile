@@ -29,6 +29,16 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
+# System packages the tests need: Debian's Prometheus Pushgateway (the
+# metrics push test starts one on loopback). Needs root, or sudo.
+setup-system:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
+    sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus-pushgateway
+
 # The test suite (CPU only; GPU tests skip without a GPU).
 test: setup
     cargo test --release

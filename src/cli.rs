@@ -11,7 +11,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Overrides, PipelineConfig};
 use crate::logging::{self, LogFormat};
-use crate::{pipeline, report, worker};
+use crate::{metrics, pipeline, report, worker};
 
 /// Exit codes a batch scheduler can act on.
 pub const EXIT_OK: u8 = 0;
@@ -135,6 +135,40 @@ struct RunArgs {
     /// (as `max_segments = "auto"` with `gpu_memory`).
     #[arg(long)]
     gpu_memory: Option<String>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// Where Prometheus metrics go (none by default).
+#[derive(Debug, clap::Args)]
+struct MetricsArgs {
+    /// Write Prometheus metrics to this file, rewritten atomically every few
+    /// seconds and at the end (for node_exporter's textfile collector: name
+    /// it `*.prom` in the collector's directory).
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
+    /// Push Prometheus metrics to this Pushgateway (e.g.
+    /// http://pushgateway:9091) every minute and at the end; plain HTTP.
+    #[arg(long, value_name = "URL")]
+    pushgateway: Option<String>,
+    /// The `job` label of pushed metrics; the `pipeline` label is the
+    /// pipeline file's name without `.toml`.
+    #[arg(long, value_name = "NAME", default_value = "segpredict")]
+    pushgateway_job: String,
+}
+
+impl MetricsArgs {
+    fn targets(&self, pipeline: &std::path::Path) -> metrics::MetricsTargets {
+        metrics::MetricsTargets {
+            file: self.metrics_file.clone(),
+            pushgateway: self.pushgateway.clone(),
+            job: self.pushgateway_job.clone(),
+            pipeline: pipeline
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -163,6 +197,27 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
+    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline));
+    let result = predict(args, cancel);
+    if let Some(exporter) = exporter {
+        exporter.finish(result.as_ref().ok().map(|(report, _)| report));
+    }
+    let (report, rejects_path) = result?;
+    println!("{}", report.summary());
+    Ok(if report.rows_rejected > 0 {
+        logging::notice(&format!(
+            "{} row(s) rejected; see {}",
+            report.rows_rejected,
+            rejects_path.display()
+        ));
+        EXIT_REJECTS
+    } else {
+        EXIT_OK
+    })
+}
+
+/// The run itself, and where its rejects went.
+fn predict(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<(report::RunReport, PathBuf)> {
     let mut config = PipelineConfig::load(&args.pipeline)?;
     config.apply(&Overrides {
         input: args.input,
@@ -181,17 +236,7 @@ fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<u8> {
     ctrlc::set_handler(move || on_signal.store(true, Ordering::Relaxed))
         .context("installing the Ctrl-C handler")?;
     let report = pipeline::run(&config, allocator, cancel)?;
-    println!("{}", report.summary());
-    Ok(if report.rows_rejected > 0 {
-        logging::notice(&format!(
-            "{} row(s) rejected; see {}",
-            report.rows_rejected,
-            config.writers.layout().rejects().display()
-        ));
-        EXIT_REJECTS
-    } else {
-        EXIT_OK
-    })
+    Ok((report, config.writers.layout().rejects()))
 }
 
 fn check(args: CheckArgs) -> Result<()> {

@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod inspect;
 pub mod logging;
 pub mod message;
+pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod reader;

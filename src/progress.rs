@@ -19,6 +19,7 @@ pub fn show_progress(
     while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
         let rows = rows_written.load(Ordering::Relaxed);
+        crate::metrics::note_progress(rows, total_rows);
         match &bar {
             Some(bar) => bar.set_position(rows),
             None if last_log.elapsed() >= LOG_EVERY => {

@@ -238,3 +238,197 @@ fn check_refuses_earlier_output_as_run_does_and_leaves_it() {
     assert_eq!(checked.stderr, ran.stderr);
     assert!(out.join("_SUCCESS").exists());
 }
+
+/// Parses Prometheus text with the reference parser (Python's
+/// `prometheus_client`); returns `name{labels} -> value` for every sample.
+fn parse_prometheus(text: &str) -> std::collections::BTreeMap<String, f64> {
+    const PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        print(json.dumps([s.name + ("{" + labels + "}" if labels else ""), s.value]))
+"#;
+    use std::io::Write;
+    let mut child = Command::new(python())
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting Python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "not Prometheus text ({}):\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<(String, f64)>(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn metrics_file_parses_as_prometheus_text_with_the_run_totals() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 300);
+    let file = dir.path().join("segpredict.prom");
+    let pipeline = Pipeline::new(input, dir.path().join("out"));
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    pipeline
+        .run(&["--metrics-file", file.to_str().unwrap()])
+        .expect_code(0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let samples = parse_prometheus(&text);
+    let value = |name: &str| {
+        *samples
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    };
+    assert_eq!(value("segpredict_rows_in"), 300.0);
+    assert_eq!(value("segpredict_rows_predicted_total"), 300.0);
+    assert_eq!(value("segpredict_rows_rejected_total"), 0.0);
+    assert_eq!(value("segpredict_last_run_success"), 1.0);
+    assert_eq!(value("segpredict_run_in_progress"), 0.0);
+    assert!(value("segpredict_batches_total") >= 1.0);
+    assert!(value("segpredict_segments_total") > 300.0);
+    assert!(value("segpredict_last_success_timestamp_seconds") >= before.floor());
+    for stage in ["readers", "bucketing", "model", "writers"] {
+        value(&format!(
+            "segpredict_stage_busy_seconds_total{{stage=\"{stage}\"}}"
+        ));
+    }
+    // The report's numbers, not others.
+    let report = read_report(&dir.path().join("out"));
+    assert_eq!(
+        value("segpredict_batches_total"),
+        report_u64(&report, "batches") as f64
+    );
+    assert_eq!(
+        value("segpredict_segments_total"),
+        report_u64(&report, "segments") as f64
+    );
+    // Written atomically: no temporary file is left beside it.
+    let names: Vec<String> = list_dir(dir.path()).iter().map(|p| file_name(p)).collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+}
+
+#[test]
+fn a_failed_run_marks_the_metrics_file_and_keeps_the_last_success_time() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 100);
+    let file = dir.path().join("segpredict.prom");
+    let metrics = ["--metrics-file", file.to_str().unwrap()];
+    let mut pipeline = Pipeline::new(input, dir.path().join("out"));
+    pipeline.run(&metrics).expect_code(0);
+    let succeeded = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    let last_success = succeeded["segpredict_last_success_timestamp_seconds"];
+    pipeline.model = dir.path().join("no-such-model.pt");
+    pipeline.overwrite = true;
+    let failed = pipeline.run(&metrics);
+    assert_ne!(failed.code, 0, "{}", failed.describe());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let samples = parse_prometheus(&text);
+    assert_eq!(samples["segpredict_last_run_success"], 0.0, "{text}");
+    assert_eq!(
+        samples["segpredict_last_success_timestamp_seconds"], last_success,
+        "{text}"
+    );
+}
+
+/// Debian's `prometheus-pushgateway` (installed by `just setup-system`, which
+/// CI runs), listening on a free loopback port until dropped.
+struct Pushgateway {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Pushgateway {
+    fn start() -> Self {
+        let binary =
+            std::env::var("PUSHGATEWAY_BIN").unwrap_or_else(|_| "prometheus-pushgateway".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("finding a free port")
+            .port();
+        let child = Command::new(&binary)
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--persistence.file=")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting {binary} ({e}): install it with `just setup-system` (apt-get install prometheus-pushgateway)")
+            });
+        let gateway = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        // Ready within 10 s, polled every 100 ms.
+        for _ in 0..100 {
+            if ureq::get(format!("{}/-/ready", gateway.url)).call().is_ok() {
+                return gateway;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the Pushgateway on {} did not become ready", gateway.url);
+    }
+
+    fn metrics(&self) -> String {
+        ureq::get(format!("{}/metrics", self.url))
+            .call()
+            .expect("reading the Pushgateway's metrics")
+            .body_mut()
+            .read_to_string()
+            .unwrap()
+    }
+}
+
+impl Drop for Pushgateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn metrics_pushed_to_a_real_pushgateway_read_back() {
+    let gateway = Pushgateway::start();
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 200);
+    let pipeline = Pipeline::new(input, dir.path().join("nightly"));
+    let file = pipeline.write(&dir.path().join("nightly.toml"));
+    let mut command = Command::new(bin());
+    command
+        .arg("run")
+        .arg(&file)
+        .args(["--pushgateway", &gateway.url])
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("ALL_PROXY");
+    let result = run_command(&mut command, &dir.path().join("nightly"));
+    result.expect_code(0);
+    assert!(!result.stderr.contains("metrics:"), "{}", result.describe());
+    let samples = parse_prometheus(&gateway.metrics());
+    let grouped = |name: &str| {
+        let key = format!("{name}{{instance=\"\",job=\"segpredict\",pipeline=\"nightly\"}}");
+        *samples
+            .get(&key)
+            .unwrap_or_else(|| panic!("no {key} in {samples:#?}"))
+    };
+    assert_eq!(grouped("segpredict_rows_predicted_total"), 200.0);
+    assert_eq!(grouped("segpredict_rows_in"), 200.0);
+    assert_eq!(grouped("segpredict_last_run_success"), 1.0);
+    assert!(grouped("segpredict_last_success_timestamp_seconds") > 0.0);
+}
