@@ -29,8 +29,7 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# System packages the tests need: Debian's Prometheus Pushgateway (the
-# metrics push test starts one on loopback). Needs root, or sudo.
+# Debian packages the tests need (the Pushgateway the metrics test starts); root or sudo.
 setup-system:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -43,10 +42,23 @@ setup-system:
 test: setup
     cargo test --release
 
-# Formatting and clippy, warnings as errors.
+# Formatting, clippy (warnings as errors) and the Dockerfile (hadolint).
 lint: setup
     cargo fmt --check
     cargo clippy --release --all-targets -- -D warnings
+    hadolint Dockerfile
+
+# The container image (Dockerfile), with docker or podman where one runs here.
+image tag=("segpredict:" + `grep -m1 '^version' Cargo.toml | cut -d'"' -f2`):
+    #!/usr/bin/env bash
+    set -euo pipefail
+    for engine in docker podman; do
+        if command -v "$engine" >/dev/null && "$engine" info >/dev/null 2>&1; then
+            exec "$engine" build --tag "{{tag}}" .
+        fi
+    done
+    echo "no container engine runs here (docker or podman with its daemon); the image was not built" >&2
+    exit 1
 
 # fmt, clippy, tests: what CI runs.
 check: lint test
