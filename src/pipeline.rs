@@ -170,7 +170,7 @@ fn finish_run(
     }
     let layout = &config.writers.layout();
     let mut rejects: Vec<_> = stages.writers.into_iter().flat_map(|w| w.rejects).collect();
-    writer::write_rejects(layout, &mut rejects, &plan.sources)?;
+    writer::write_rejects(layout, &mut rejects, &plan.sources, plan.id_kind)?;
     writer::write_whole(layout, &layout.report_json(), report.to_json()?.as_bytes())?;
     writer::write_whole(layout, &layout.report_svg(), report.to_svg()?.as_bytes())?;
     writer::write_success(layout)?;

@@ -432,3 +432,63 @@ fn metrics_pushed_to_a_real_pushgateway_read_back() {
     assert_eq!(grouped("segpredict_last_run_success"), 1.0);
     assert!(grouped("segpredict_last_success_timestamp_seconds") > 0.0);
 }
+
+/// The Arrow type of column `name` in a Parquet file.
+fn column_type(path: &std::path::Path, name: &str) -> arrow::datatypes::DataType {
+    let file = std::fs::File::open(path).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    builder
+        .schema()
+        .field_with_name(name)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .data_type()
+        .clone()
+}
+
+/// Rejects' `id` has the input's id type, so they join back on it.
+fn rejects_keep_the_id_type(int_ids: bool) {
+    use arrow::datatypes::DataType;
+    let dir = tmp();
+    let bad = dir.path().join("bad.parquet");
+    fixture("bad-values", &sample(), &bad, &["--rows", "300"]);
+    let input = if int_ids {
+        let ints = dir.path().join("bad-int.parquet");
+        fixture("int-ids", &bad, &ints, &[]);
+        ints
+    } else {
+        bad
+    };
+    let expected = if int_ids {
+        DataType::Int64
+    } else {
+        DataType::Utf8
+    };
+    assert_eq!(column_type(&input, "id"), expected);
+    let out = dir.path().join("out");
+    Pipeline::new(&input, &out).run(&[]).expect_code(3);
+    let rejects = out.join("_rejects.parquet");
+    assert_eq!(column_type(&rejects, "id"), expected);
+    assert_eq!(column_type(&part_files(&out)[0], "id"), expected);
+    // The values too: row 40's id, read back as text either way.
+    let ids: Vec<(Option<String>, i64)> = read_rejects(&out)
+        .into_iter()
+        .map(|r| (r.id, r.source_row))
+        .collect();
+    let row_40 = if int_ids {
+        "1280".to_string()
+    } else {
+        read_input(&input)[40].id.clone()
+    };
+    assert!(ids.contains(&(Some(row_40), 40)), "{ids:?}");
+}
+
+#[test]
+fn rejects_keep_integer_ids_as_integers() {
+    rejects_keep_the_id_type(true);
+}
+
+#[test]
+fn rejects_keep_string_ids_as_strings() {
+    rejects_keep_the_id_type(false);
+}

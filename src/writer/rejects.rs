@@ -7,8 +7,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
-use super::{Compression, OutputLayout, WriterError};
-use crate::message::{Reject, Sources};
+use super::{parts, Compression, OutputLayout, WriterError};
+use crate::message::{IdKind, Reject, RowId, Sources};
 
 /// Writes all rejects (possibly none: the file's presence says the run
 /// checked) sorted by file and row, under a temporary name first.
@@ -16,12 +16,13 @@ pub fn write_rejects(
     layout: &OutputLayout,
     rejects: &mut [Reject],
     sources: &Sources,
+    id_kind: IdKind,
 ) -> Result<(), WriterError> {
     rejects.sort_by_key(|r| (r.origin.file_idx, r.origin.row_idx));
     let path = layout.rejects();
     let temp = layout.in_progress(&path);
-    let schema = rejects_schema();
-    let columns = reject_columns(rejects, sources);
+    let schema = rejects_schema(id_kind);
+    let columns = reject_columns(rejects, sources, id_kind);
     let arrow_error = |source| WriterError::Arrow {
         path: path.clone(),
         source,
@@ -43,9 +44,17 @@ pub fn write_rejects(
     std::fs::rename(&temp, &path).map_err(io_error)
 }
 
-fn rejects_schema() -> SchemaRef {
+/// The id keeps the type the part files give it, so rejects join back to
+/// the input and the output on it.
+fn rejects_schema(id_kind: IdKind) -> SchemaRef {
+    let id_field = parts::arrow_schema(id_kind)
+        .field_with_name("id")
+        .map_or_else(
+            |_| Field::new("id", DataType::Utf8, true),
+            |f| f.clone().with_nullable(true),
+        );
     Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, true),
+        id_field,
         Field::new("source_file", DataType::Utf8, false),
         Field::new("source_row", DataType::Int64, false),
         Field::new("kind", DataType::Utf8, false),
@@ -53,7 +62,29 @@ fn rejects_schema() -> SchemaRef {
     ]))
 }
 
-fn reject_columns(rejects: &[Reject], sources: &Sources) -> Vec<ArrayRef> {
+/// Null where the id could not be read.
+fn id_column(rejects: &[Reject], id_kind: IdKind) -> ArrayRef {
+    match id_kind {
+        IdKind::Str => Arc::new(
+            rejects
+                .iter()
+                .map(|r| r.id.as_ref().map(|id| id.to_string()))
+                .collect::<StringArray>(),
+        ),
+        IdKind::Int => Arc::new(
+            rejects
+                .iter()
+                .map(|r| match &r.id {
+                    Some(RowId::Int(v)) => Some(*v),
+                    // An integer id column yields integer ids only.
+                    Some(RowId::Str(_)) | None => None,
+                })
+                .collect::<Int64Array>(),
+        ),
+    }
+}
+
+fn reject_columns(rejects: &[Reject], sources: &Sources, id_kind: IdKind) -> Vec<ArrayRef> {
     let source_name = |r: &Reject| {
         sources
             .get(r.origin.file_idx as usize)
@@ -61,12 +92,7 @@ fn reject_columns(rejects: &[Reject], sources: &Sources) -> Vec<ArrayRef> {
             .unwrap_or_default()
     };
     vec![
-        Arc::new(
-            rejects
-                .iter()
-                .map(|r| r.id.as_ref().map(|id| id.to_string()))
-                .collect::<StringArray>(),
-        ),
+        id_column(rejects, id_kind),
         Arc::new(
             rejects
                 .iter()
