@@ -64,16 +64,16 @@ enum Command {
 struct CheckArgs {
     /// The pipeline file (TOML).
     pipeline: PathBuf,
-    /// Input file, directory or glob (overrides [readers] path).
+    /// Input file, directory or glob [default: [readers] path in the pipeline file]
     #[arg(long)]
     input: Option<PathBuf>,
-    /// Output directory (overrides [writers] dir).
+    /// Output directory [default: [writers] dir in the pipeline file]
     #[arg(long)]
     output: Option<PathBuf>,
-    /// auto, cpu, cuda or cuda:N (overrides [model] device).
+    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
-    /// Segment budget per batch (overrides [bucketing] max_segments).
+    /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
     #[arg(long)]
     max_segments: Option<usize>,
     /// As `run --overwrite`: earlier output would be replaced.
@@ -101,7 +101,7 @@ struct CalibrateArgs {
     /// Device memory target, e.g. 20GiB or 512MiB.
     #[arg(long)]
     gpu_memory: String,
-    /// cuda or cuda:N (overrides [model] device).
+    /// cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
     /// Also write the measurements and the fit as JSON here.
@@ -113,26 +113,28 @@ struct CalibrateArgs {
 struct RunArgs {
     /// The pipeline file (TOML).
     pipeline: PathBuf,
-    /// Input file, directory or glob (overrides [readers] path).
+    /// Input file, directory or glob [default: [readers] path in the pipeline file]
     #[arg(long)]
     input: Option<PathBuf>,
-    /// Output directory (overrides [writers] dir).
+    /// Output directory [default: [writers] dir in the pipeline file]
     #[arg(long)]
     output: Option<PathBuf>,
-    /// auto, cpu, cuda or cuda:N (overrides [model] device).
+    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
-    /// Segment budget per batch (overrides [bucketing] max_segments).
+    /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
     #[arg(long)]
     max_segments: Option<usize>,
-    /// Reader and writer threads (overrides both).
+    /// Reader and writer threads [default: [readers] threads and [writers]
+    /// threads in the pipeline file].
     #[arg(long)]
     threads: Option<usize>,
-    /// Replace an earlier run's output in the output directory.
+    /// Replace an earlier run's output in the output directory [default:
+    /// [writers] overwrite in the pipeline file, else off].
     #[arg(long)]
     overwrite: bool,
     /// Device memory target; with it the budget is calibrated on the device
-    /// (as `max_segments = "auto"` with `gpu_memory`).
+    /// (as `max_segments = "auto"` with `gpu_memory`) [default: none].
     #[arg(long)]
     gpu_memory: Option<String>,
     #[command(flatten)]
@@ -144,11 +146,12 @@ struct RunArgs {
 struct MetricsArgs {
     /// Write Prometheus metrics to this file, rewritten atomically every few
     /// seconds and at the end (for node_exporter's textfile collector: name
-    /// it `*.prom` in the collector's directory).
+    /// it `*.prom` in the collector's directory) [default: none].
     #[arg(long, value_name = "PATH")]
     metrics_file: Option<PathBuf>,
     /// Push Prometheus metrics to this Pushgateway (e.g.
-    /// http://pushgateway:9091) every minute and at the end; plain HTTP.
+    /// http://pushgateway:9091) every minute and at the end; plain HTTP
+    /// [default: none].
     #[arg(long, value_name = "URL")]
     pushgateway: Option<String>,
     /// The `job` label of pushed metrics; the `pipeline` label is the
