@@ -38,9 +38,13 @@ setup-system:
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus-pushgateway
 
-# The test suite (CPU only; GPU tests skip without a GPU).
+# The test suite (CPU only; the GPU tests are listed as ignored).
 test: setup
     cargo test --release
+
+# The GPU tests, on a CUDA machine (they fail without one).
+test-gpu: setup
+    cargo test --release --test integration gpu -- --ignored
 
 # Formatting, clippy (warnings as errors) and the Dockerfile (hadolint).
 lint: setup

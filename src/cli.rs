@@ -260,7 +260,7 @@ fn check(args: CheckArgs) -> Result<()> {
         checked.rows,
         checked.row_groups,
         checked.labels,
-        crate::report::device_name(checked.device),
+        checked.device,
         config.writers.dir.display()
     );
     Ok(())

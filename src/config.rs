@@ -21,7 +21,7 @@ pub struct PipelineConfig {
     /// `[bucketing]`: how rows are grouped into batches under the segment budget.
     #[serde(default)]
     pub bucketing: BucketingConfig,
-    /// `[model]`: the TorchScript model, its labels and the device.
+    /// `[model]`: the model file and its format, its labels and the device.
     pub model: ModelConfig,
     /// `[writers]`: where predictions go.
     pub writers: WriterConfig,
@@ -265,6 +265,19 @@ mod tests {
             lexically_normal(Path::new("/srv/p/../data")),
             Path::new("/srv/data")
         );
+    }
+
+    #[test]
+    fn model_format_defaults_to_auto_and_names_are_checked() {
+        use crate::worker::ModelFormat;
+        let config = PipelineConfig::parse(MINIMAL).unwrap();
+        assert_eq!(config.model.format, ModelFormat::Auto);
+        let text = MINIMAL.replace("[model]", "[model]\nformat = \"torchscript\"");
+        let config = PipelineConfig::parse(&text).unwrap();
+        assert_eq!(config.model.format, ModelFormat::TorchScript);
+        let text = MINIMAL.replace("[model]", "[model]\nformat = \"onnx\"");
+        let error = PipelineConfig::parse(&text).unwrap_err().to_string();
+        assert!(error.contains("onnx"), "{error}");
     }
 
     #[test]

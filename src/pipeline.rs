@@ -21,7 +21,7 @@ use crate::message::{Calibration, Row};
 use crate::reader::ReadPlan;
 use crate::report::{RunFacts, RunReport, StageReports};
 use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::Worker;
+use crate::worker::{self, Worker};
 use crate::writer;
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
@@ -68,7 +68,8 @@ pub struct Checked {
     pub files: usize,
     pub rows: u64,
     pub row_groups: usize,
-    pub device: tch::Device,
+    /// As users write it: `cpu`, `cuda:0`.
+    pub device: String,
     pub labels: usize,
 }
 
@@ -94,7 +95,7 @@ pub fn check(config: &PipelineConfig) -> Result<Checked> {
         files: plan.sources.len(),
         rows: plan.total_rows,
         row_groups: plan.row_groups(),
-        device: model.device(),
+        device: worker::device_name(model.device()),
         labels: model.labels().len(),
     })
 }
@@ -118,14 +119,14 @@ pub fn run(
     };
     config.writers.prepare_dir()?;
     tracing::info!(files = plan.sources.len(), rows = plan.total_rows,
-        row_groups = plan.row_groups(), device = ?model.device(),
+        row_groups = plan.row_groups(), device = %worker::device_name(model.device()),
         budget = config.bucketing.max_segments, "starting");
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let budget = AtomicUsize::new(Bucketer::<Row>::new(&config.bucketing)?.max_segments());
     let facts = RunFacts {
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
-        device: crate::report::device_name(model.device()),
+        device: worker::device_name(model.device()),
         on_cuda: model.device().is_cuda(),
         model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
         input_files: plan.sources.len(),

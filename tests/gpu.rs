@@ -1,25 +1,25 @@
-//! CUDA paths. Each test runs only where CUDA is available and says it
-//! skipped otherwise (CI has no GPU); on a GPU machine they check what the
-//! CPU tests cannot: allocator statistics in the report, and labels that
-//! agree with the CPU run.
+//! CUDA paths. The tests that need a GPU are ignored by `just test` (CI has
+//! none) and run by `just test-gpu` on a CUDA machine, where they fail if
+//! CUDA is missing; they check what the CPU tests cannot: allocator
+//! statistics in the report, and labels that agree with the CPU run.
+
+use std::process::Command;
 
 use crate::util::*;
 
-/// None where there is no GPU: the test prints why and passes.
-fn cuda_or_skip(test: &str) -> Option<()> {
-    if tch::Cuda::is_available() {
-        Some(())
-    } else {
-        eprintln!("{test}: skipped, CUDA is not available here");
-        None
-    }
+/// Run with `--ignored` on a machine without CUDA, a GPU test fails here
+/// rather than passing without having run.
+fn require_cuda() {
+    assert!(
+        tch::Cuda::is_available(),
+        "this test needs a CUDA GPU (run it with `just test-gpu` on one)"
+    );
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU; run with just test-gpu"]
 fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
-    let Some(()) = cuda_or_skip("cuda_run_reports_memory_per_batch_and_matches_cpu_labels") else {
-        return;
-    };
+    require_cuda();
     let dir = tmp();
     let out = dir.path().join("out");
     let run = Pipeline::new(sample(), &out).run(&["--device", "cuda"]);
@@ -70,24 +70,24 @@ fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU; run with just test-gpu"]
 fn cuda_device_out_of_range_is_one_line() {
-    let Some(()) = cuda_or_skip("cuda_device_out_of_range_is_one_line") else {
-        return;
-    };
+    require_cuda();
     let dir = tmp();
     let run = Pipeline::new(sample(), dir.path().join("out")).run(&["--device", "cuda:99"]);
     run.expect_code(1);
     assert!(run.stderr.contains("cuda:99"), "{}", run.describe());
 }
 
+/// Runs everywhere: on a GPU machine the GPUs are hidden from the run.
 #[test]
 fn cuda_requested_without_a_gpu_is_one_line() {
-    if tch::Cuda::is_available() {
-        eprintln!("cuda_requested_without_a_gpu_is_one_line: skipped, this machine has CUDA");
-        return;
-    }
     let dir = tmp();
-    let run = Pipeline::new(sample(), dir.path().join("out")).run(&["--device", "cuda"]);
+    let out = dir.path().join("out");
+    let file = Pipeline::new(sample(), &out).write(&dir.path().join("pipeline.toml"));
+    let mut command = Command::new(bin());
+    command.args(["run", "--device", "cuda"]).arg(&file);
+    let run = run_command(command.env("CUDA_VISIBLE_DEVICES", ""), &out);
     run.expect_code(1);
     let lines: Vec<_> = run
         .stderr

@@ -155,6 +155,69 @@ fn pipeline_only_wires() {
     );
 }
 
+/// Lines of `src/` (outside unit tests) for which `offends` holds.
+fn offending_lines(offends: impl Fn(&Path, &str) -> bool) -> Vec<String> {
+    let mut offences = Vec::new();
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code_before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code_before_tests.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if offends(&file, code) {
+                offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    offences
+}
+
+#[test]
+fn every_channel_is_bounded() {
+    let offences = offending_lines(|_, code| code.contains("unbounded"));
+    assert!(
+        offences.is_empty(),
+        "channels are bounded, so host memory does not grow with the input:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn no_string_errors_in_src() {
+    let offences = offending_lines(|_, code| {
+        let string_result = code.contains("Result<") && code.contains(", String>");
+        // An error variant filled with another error's text drops that
+        // error: keep it as a `#[source]` instead.
+        let stringified = code.contains("map_err(|e| ") && code.contains("e.to_string()");
+        string_result || stringified
+    });
+    assert!(
+        offences.is_empty(),
+        "errors are typed (thiserror), not strings:\n{}",
+        offences.join("\n")
+    );
+}
+
+/// `tch::` or `torch_sys` as a path, not the end of a longer name.
+fn names_libtorch(code: &str) -> bool {
+    ["tch::", "torch_sys"].iter().any(|needle| {
+        code.match_indices(needle).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[test]
+fn only_the_worker_touches_libtorch() {
+    let worker = src().join("worker");
+    let offences = offending_lines(|file, code| !file.starts_with(&worker) && names_libtorch(code));
+    assert!(
+        offences.is_empty(),
+        "the model worker owns the model and the device:\n{}",
+        offences.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // Guards against a tidy test that passes because it reads nothing.
@@ -171,4 +234,6 @@ fn the_checks_see_what_they_check() {
         .collect();
     assert_eq!(found, [("a".to_string(), 3), ("b".to_string(), 4)]);
     assert!(rust_files(&src()).len() > 20);
+    assert!(names_libtorch("use tch::Device;") && names_libtorch("(tch::Kind::Float)"));
+    assert!(!names_libtorch("arrow::record_batch::RecordBatch"));
 }

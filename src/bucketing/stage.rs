@@ -187,3 +187,88 @@ fn gather_extra(rows: &[Row], k: usize) -> BatchExtra {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{FlushReason, Origin, RowId, RowMeta};
+
+    const SEGMENT_BYTES: usize = 3;
+
+    /// A row of `n` segments whose bytes all equal `fill`, with a ragged
+    /// extra of `n` values and a vector extra `[fill, fill]`.
+    fn row(id: i64, n: usize, fill: u8) -> Row {
+        Row {
+            meta: RowMeta {
+                id: RowId::Int(id),
+                origin: Origin {
+                    file_idx: 0,
+                    row_idx: id as u64,
+                },
+            },
+            n_segments: n,
+            segments: vec![fill; n * SEGMENT_BYTES].into_boxed_slice(),
+            extras: vec![
+                ExtraValue::Ragged(vec![id; n]),
+                ExtraValue::Vector(vec![fill as f32; 2]),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_batch_is_laid_out_contiguously_in_row_order_and_zero_padded() {
+        let planned = PlannedBatch {
+            rows: vec![row(10, 2, 7), row(11, 1, 9)],
+            n_segments: 3,
+            padded_segments: 5,
+            reason: FlushReason::EndOfInput,
+        };
+        let batch = assemble(4, planned, SEGMENT_BYTES);
+        assert_eq!(batch.seq, 4);
+        assert_eq!(batch.segment_counts, [2, 1]);
+        assert_eq!((batch.n_segments, batch.padded_segments), (3, 5));
+        let mut expected = vec![7u8; 6];
+        expected.extend([9; 3]);
+        expected.extend([0; 6]);
+        assert_eq!(batch.segments, expected);
+        let ids: Vec<_> = batch.rows.iter().map(|r| r.id.clone()).collect();
+        assert_eq!(ids, [RowId::Int(10), RowId::Int(11)]);
+        assert_eq!(batch.flush_reason, FlushReason::EndOfInput);
+        assert_eq!(
+            batch.extras,
+            [
+                BatchExtra::Ragged {
+                    values: vec![10, 10, 11],
+                    counts: vec![2, 1],
+                },
+                BatchExtra::Vectors {
+                    values: vec![7.0, 7.0, 9.0, 9.0],
+                    width: 2,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn scalar_extras_are_gathered_per_row() {
+        let mut rows = vec![row(1, 1, 1), row(2, 1, 2)];
+        for (k, r) in rows.iter_mut().enumerate() {
+            r.extras = vec![ExtraValue::Float(k as f32 + 0.5), ExtraValue::Int(k as i64)];
+        }
+        let planned = PlannedBatch {
+            rows,
+            n_segments: 2,
+            padded_segments: 2,
+            reason: FlushReason::BudgetReached,
+        };
+        let batch = assemble(0, planned, SEGMENT_BYTES);
+        assert_eq!(
+            batch.extras,
+            [
+                BatchExtra::Floats(vec![0.5, 1.5]),
+                BatchExtra::Ints(vec![0, 1])
+            ]
+        );
+        assert_eq!(batch.segments, [1, 1, 1, 2, 2, 2]);
+    }
+}

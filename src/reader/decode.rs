@@ -425,3 +425,132 @@ impl<'a> ExtraReader<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        BinaryBuilder, FixedSizeBinaryBuilder, Float32Builder, ListBuilder, StringArray,
+    };
+
+    use super::*;
+    use crate::reader::columns::ExtraColumn;
+
+    /// Segments of shape [1, 2, 2] in u8: 4 bytes each.
+    fn mapping(extras: Vec<ExtraColumn>) -> ColumnMapping {
+        ColumnMapping {
+            id: "id".into(),
+            segments: SegmentsColumn {
+                name: "segments".into(),
+                dtype: SegmentDtype::U8,
+                shape: vec![1, 2, 2],
+            },
+            extras,
+        }
+    }
+
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    fn kinds(chunk: &RowChunk) -> Vec<(u64, RejectKind)> {
+        let rejects = chunk.rejects.iter();
+        rejects.map(|r| (r.origin.row_idx, r.kind)).collect()
+    }
+
+    #[test]
+    fn fixed_size_binary_segments_decode_and_bad_rows_are_rejected() {
+        let ids: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            None,
+            Some("e"),
+        ]));
+        let mut segments = ListBuilder::new(FixedSizeBinaryBuilder::new(4));
+        segments.values().append_value([1, 2, 3, 4]).unwrap();
+        segments.values().append_value([5, 6, 7, 8]).unwrap();
+        segments.append(true); // a: two segments
+        segments.append_null(); // b: null list
+        segments.append(true); // c: no segments
+        segments.values().append_value([9; 4]).unwrap();
+        segments.append(true); // null id
+        segments.values().append_null();
+        segments.append(true); // e: a null segment
+        let batch = batch(vec![("id", ids), ("segments", Arc::new(segments.finish()))]);
+
+        let chunk = decode_batch(&batch, &mapping(vec![]), 3, 100).unwrap();
+
+        assert_eq!(chunk.rows.len(), 1);
+        let row = &chunk.rows[0];
+        assert_eq!(row.meta.id, RowId::Str("a".into()));
+        assert_eq!(
+            row.meta.origin,
+            Origin {
+                file_idx: 3,
+                row_idx: 100
+            }
+        );
+        assert_eq!(row.n_segments, 2);
+        assert_eq!(&row.segments[..], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            kinds(&chunk),
+            [
+                (101, RejectKind::NullSegments),
+                (102, RejectKind::NoSegments),
+                (103, RejectKind::NullId),
+                (104, RejectKind::NullSegment),
+            ]
+        );
+        assert_eq!(chunk.rejects[2].id, None);
+        assert_eq!(chunk.rejects[3].id, Some(RowId::Str("e".into())));
+    }
+
+    #[test]
+    fn binary_segments_of_the_wrong_size_and_vectors_of_the_wrong_width_reject() {
+        let ids: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![7, 8, 9]));
+        let mut segments = ListBuilder::new(BinaryBuilder::new());
+        let mut vectors = ListBuilder::new(Float32Builder::new());
+        for (bytes, width) in [(4, 2), (3, 2), (4, 3)] {
+            segments.values().append_value(vec![1u8; bytes]);
+            segments.append(true);
+            for _ in 0..width {
+                vectors.values().append_value(0.5);
+            }
+            vectors.append(true);
+        }
+        let batch = batch(vec![
+            ("id", ids),
+            ("segments", Arc::new(segments.finish())),
+            ("v", Arc::new(vectors.finish())),
+        ]);
+        let extras = vec![ExtraColumn {
+            name: "v".into(),
+            kind: ExtraKind::Vector,
+            width: Some(2),
+        }];
+
+        let chunk = decode_batch(&batch, &mapping(extras), 0, 0).unwrap();
+
+        assert_eq!(chunk.rows.len(), 1);
+        assert_eq!(chunk.rows[0].meta.id, RowId::Int(7));
+        assert_eq!(chunk.rows[0].extras, [ExtraValue::Vector(vec![0.5, 0.5])]);
+        assert_eq!(
+            kinds(&chunk),
+            [
+                (1, RejectKind::BadSegmentSize),
+                (2, RejectKind::BadInputWidth)
+            ]
+        );
+        assert!(chunk.rejects[0].reason.contains("3 bytes, expected 4"));
+    }
+
+    #[test]
+    fn a_batch_without_a_mapped_column_is_an_error_naming_it() {
+        let ids: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
+        let error = decode_batch(&batch(vec![("id", ids)]), &mapping(vec![]), 0, 0).unwrap_err();
+        assert!(matches!(&error, DecodeError::MissingColumn(c) if c == "segments"));
+        assert!(error.to_string().contains("`segments`"), "{error}");
+    }
+}

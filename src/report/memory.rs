@@ -79,3 +79,78 @@ pub fn memory_summary(records: &[BatchReport]) -> Option<MemorySummary> {
         ooms: last.ooms,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::FlushReason;
+    use crate::report::MemoryReport;
+
+    const MIB: i64 = 1 << 20;
+
+    fn record(padded_segments: usize, reserved_peak_mib: Option<i64>) -> BatchReport {
+        BatchReport {
+            seq: 0,
+            rows: 1,
+            segments: padded_segments,
+            padded_segments,
+            flush_reason: FlushReason::BudgetReached,
+            wall_ms: 1.0,
+            device_ms: reserved_peak_mib.map(|_| 2.0),
+            split_depth: 0,
+            memory: reserved_peak_mib.map(|mib| MemoryReport {
+                allocated: mib * MIB / 2,
+                allocated_peak: mib * MIB - 1,
+                reserved: mib * MIB,
+                reserved_peak: mib * MIB,
+                inactive_split: 0,
+                alloc_retries: 1,
+                ooms: 0,
+                device_free: 0,
+                device_total: 80 << 30,
+            }),
+        }
+    }
+
+    #[test]
+    fn no_memory_summary_on_cpu() {
+        let records = [record(256, None), record(512, None)];
+        assert_eq!(memory_summary(&records), None);
+        assert_eq!(device_busy_share(&records, 1.0), None);
+    }
+
+    #[test]
+    fn growth_after_warm_up_is_counted_once_per_new_high() {
+        // Two shapes, each seen by batch 2: warm-up is capped at a tenth of
+        // the run (2 of 20 batches); later new highs are the ratchet.
+        let mut records: Vec<_> = (0..20).map(|_| record(512, Some(100))).collect();
+        records[0] = record(256, Some(50));
+        records[1] = record(512, Some(100));
+        records[7] = record(512, Some(120));
+        records[8] = record(512, Some(110));
+        records[15] = record(512, Some(130));
+        let summary = memory_summary(&records).expect("CUDA records");
+        assert_eq!(summary.warmup_batches, 2);
+        assert_eq!(summary.reserved_growth_events_after_warmup, 2);
+        assert_eq!(summary.peak_reserved_bytes, 130 * MIB);
+        assert_eq!(summary.peak_allocated_bytes, 130 * MIB - 1);
+        assert_eq!(summary.final_reserved_bytes, 100 * MIB);
+        assert_eq!(summary.alloc_retries, 1);
+    }
+
+    #[test]
+    fn flat_memory_has_no_growth_events() {
+        let records: Vec<_> = (0..50).map(|i| record(256 << (i % 3), Some(100))).collect();
+        let summary = memory_summary(&records).expect("CUDA records");
+        assert_eq!(summary.reserved_growth_events_after_warmup, 0);
+        assert_eq!(summary.warmup_batches, 3);
+    }
+
+    #[test]
+    fn device_busy_share_is_device_time_over_wall_time() {
+        let records = [record(256, Some(10)), record(256, Some(10))];
+        // 2 batches x 2 ms of device time over 8 ms of wall time.
+        let share = device_busy_share(&records, 0.008).unwrap();
+        assert!((share - 0.5).abs() < 1e-9, "{share}");
+    }
+}

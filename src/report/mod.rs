@@ -87,16 +87,6 @@ fn strategy_as_written(s: BatchingStrategy) -> &'static str {
     }
 }
 
-/// A device as users write it: `cpu`, `cuda:0`.
-pub fn device_name(device: tch::Device) -> String {
-    match device {
-        tch::Device::Cpu => "cpu".into(),
-        tch::Device::Cuda(index) => format!("cuda:{index}"),
-        tch::Device::Mps => "mps".into(),
-        tch::Device::Vulkan => "vulkan".into(),
-    }
-}
-
 /// Seconds each stage spent working (not waiting on its channels), summed
 /// over its threads.
 #[derive(Debug, Clone, Default, Serialize)]

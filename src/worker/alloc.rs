@@ -83,57 +83,86 @@ impl Drop for InferenceModeGuard {
 
 const ERR_LEN: usize = 512;
 
-fn shim_result(code: c_int, err: &[c_char; ERR_LEN]) -> Result<bool, String> {
+/// An error the C++ shim reported, or a call it could not be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    /// A C++ exception the shim caught; its `what()` is all there is of it.
+    #[error("{call}: {what}")]
+    Cpp { call: &'static str, what: String },
+    #[error("device index {index} does not fit a C int")]
+    DeviceIndex {
+        index: usize,
+        #[source]
+        source: std::num::TryFromIntError,
+    },
+    #[error("pinning host memory needs an accelerator")]
+    NoAccelerator,
+}
+
+/// `Ok(true)`: done; `Ok(false)`: no accelerator; an error otherwise.
+fn shim_result(
+    call: &'static str,
+    code: c_int,
+    err: &[c_char; ERR_LEN],
+) -> Result<bool, ShimError> {
     match code {
         0 => Ok(true),
         1 => Ok(false),
         _ => {
             // SAFETY: the shim always NUL-terminates within ERR_LEN.
-            let message = unsafe { CStr::from_ptr(err.as_ptr()) };
-            Err(message.to_string_lossy().into_owned())
+            let what = unsafe { CStr::from_ptr(err.as_ptr()) };
+            Err(ShimError::Cpp {
+                call,
+                what: what.to_string_lossy().into_owned(),
+            })
         }
     }
 }
 
+fn device_index(index: usize) -> Result<c_int, ShimError> {
+    c_int::try_from(index).map_err(|source| ShimError::DeviceIndex { index, source })
+}
 /// The statistics of CUDA device `index`; `Ok(None)` without an accelerator.
-pub fn stats(index: usize) -> Result<Option<MemoryStats>, String> {
+pub fn stats(index: usize) -> Result<Option<MemoryStats>, ShimError> {
     let mut raw = RawStats::default();
     let mut err = [0 as c_char; ERR_LEN];
-    let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+    let index = device_index(index)?;
     // SAFETY: `raw` and `err` outlive the call; the shim writes within bounds.
     let code = unsafe { seg_alloc_stats(index, &mut raw, err.as_mut_ptr(), ERR_LEN) };
-    Ok(shim_result(code, &err)?.then_some(MemoryStats {
-        allocated: raw.allocated_current,
-        allocated_peak: raw.allocated_peak,
-        reserved: raw.reserved_current,
-        reserved_peak: raw.reserved_peak,
-        inactive_split: raw.inactive_split_current,
-        alloc_retries: raw.num_alloc_retries,
-        ooms: raw.num_ooms,
-        device_free: raw.device_free,
-        device_total: raw.device_total,
-    }))
+    Ok(
+        shim_result("alloc_stats", code, &err)?.then_some(MemoryStats {
+            allocated: raw.allocated_current,
+            allocated_peak: raw.allocated_peak,
+            reserved: raw.reserved_current,
+            reserved_peak: raw.reserved_peak,
+            inactive_split: raw.inactive_split_current,
+            alloc_retries: raw.num_alloc_retries,
+            ooms: raw.num_ooms,
+            device_free: raw.device_free,
+            device_total: raw.device_total,
+        }),
+    )
 }
 
 /// Starts a new peak-measuring window on device `index`.
-pub fn reset_peaks(index: usize) -> Result<(), String> {
+pub fn reset_peaks(index: usize) -> Result<(), ShimError> {
     let mut err = [0 as c_char; ERR_LEN];
-    let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+    let index = device_index(index)?;
     // SAFETY: `err` outlives the call.
     let code = unsafe { seg_reset_peak_stats(index, err.as_mut_ptr(), ERR_LEN) };
-    shim_result(code, &err).map(|_| ())
+    shim_result("reset_peak_stats", code, &err).map(|_| ())
 }
 
 /// Returns cached, unused blocks to the driver (after an out-of-memory).
-pub fn empty_cache() -> Result<(), String> {
+pub fn empty_cache() -> Result<(), ShimError> {
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `err` outlives the call.
     let code = unsafe { seg_empty_cache(err.as_mut_ptr(), ERR_LEN) };
-    shim_result(code, &err).map(|_| ())
+    shim_result("empty_cache", code, &err).map(|_| ())
 }
 
 /// A pinned copy of a host tensor, for a non-blocking upload.
-pub fn pin_memory(tensor: &tch::Tensor) -> Result<tch::Tensor, String> {
+pub fn pin_memory(tensor: &tch::Tensor) -> Result<tch::Tensor, ShimError> {
     let mut out = std::ptr::null_mut();
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: the shim reads the tensor (a live `at::Tensor*`, which is what
@@ -147,11 +176,11 @@ pub fn pin_memory(tensor: &tch::Tensor) -> Result<tch::Tensor, String> {
             ERR_LEN,
         )
     };
-    if shim_result(code, &err)? {
+    if shim_result("pin_memory", code, &err)? {
         // SAFETY: `out` is a fresh `at::Tensor*` owned by no one else.
         Ok(unsafe { tch::Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
     } else {
-        Err("pinning host memory needs an accelerator".into())
+        Err(ShimError::NoAccelerator)
     }
 }
 
@@ -164,33 +193,33 @@ pub struct DeviceEvent {
 
 impl DeviceEvent {
     /// Records an event on CUDA device `index`; `Ok(None)` without an accelerator.
-    pub fn record(index: usize) -> Result<Option<Self>, String> {
+    pub fn record(index: usize) -> Result<Option<Self>, ShimError> {
         let mut event = std::ptr::null_mut();
         let mut err = [0 as c_char; ERR_LEN];
-        let index = c_int::try_from(index).map_err(|e| e.to_string())?;
+        let index = device_index(index)?;
         // SAFETY: `event` and `err` outlive the call; the shim sets `event`
         // to a heap event only when it returns 0.
         let code = unsafe { seg_event_record(index, &mut event, err.as_mut_ptr(), ERR_LEN) };
-        Ok(shim_result(code, &err)?.then_some(Self { event }))
+        Ok(shim_result("event_record", code, &err)?.then_some(Self { event }))
     }
 
     /// Blocks until the device has passed this event.
-    pub fn synchronize(&self) -> Result<(), String> {
+    pub fn synchronize(&self) -> Result<(), ShimError> {
         let mut err = [0 as c_char; ERR_LEN];
         // SAFETY: `self.event` is a live event made by seg_event_record.
         let code = unsafe { seg_event_synchronize(self.event, err.as_mut_ptr(), ERR_LEN) };
-        shim_result(code, &err).map(|_| ())
+        shim_result("event_synchronize", code, &err).map(|_| ())
     }
 
     /// Device milliseconds from `self` to `end`; both must have been passed.
-    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f64, String> {
+    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f64, ShimError> {
         let mut ms = 0.0;
         let mut err = [0 as c_char; ERR_LEN];
         // SAFETY: both events are live; `ms` and `err` outlive the call.
         let code = unsafe {
             seg_event_elapsed_ms(self.event, end.event, &mut ms, err.as_mut_ptr(), ERR_LEN)
         };
-        shim_result(code, &err).map(|_| ms)
+        shim_result("event_elapsed_ms", code, &err).map(|_| ms)
     }
 }
 

@@ -155,7 +155,7 @@ impl Worker {
             target_bytes,
             cuda_index,
         )?;
-        alloc::empty_cache().map_err(WorkerError::Stats)?;
+        alloc::empty_cache()?;
         Ok(Calibration {
             target_bytes,
             points,
@@ -200,24 +200,24 @@ impl Worker {
         total: usize,
         cuda_index: usize,
     ) -> Result<Option<CalibrationPoint>, WorkerError> {
-        alloc::empty_cache().map_err(WorkerError::Stats)?;
-        alloc::reset_peaks(cuda_index).map_err(WorkerError::Stats)?;
+        alloc::empty_cache()?;
+        alloc::reset_peaks(cuda_index)?;
         let batch = synthetic_batch(inputs, total);
         for _ in 0..2 {
             match self.forward(&batch).and_then(|launched| launched.wait()) {
                 Ok(_) => {}
-                Err(e) if super::is_out_of_memory(&e) => return Ok(None),
-                Err(e) => {
+                Err(e) if e.is_out_of_memory() => return Ok(None),
+                Err(source) => {
                     return Err(WorkerError::Forward {
                         seq: 0,
                         rows: batch.rows.len(),
                         segments: total,
-                        message: super::model_error_line(&e),
+                        source,
                     })
                 }
             }
         }
-        let stats = alloc::stats(cuda_index).map_err(WorkerError::Stats)?;
+        let stats = alloc::stats(cuda_index)?;
         Ok(stats.map(|m| CalibrationPoint {
             segments: total,
             peak_reserved: m.reserved_peak,

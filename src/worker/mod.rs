@@ -6,10 +6,13 @@
 //! for the rest of the run, and rejects a lone row that still does not fit.
 
 pub mod alloc;
+pub mod backend;
 pub mod calibrate;
 mod device;
 mod model;
 mod probe;
+pub mod split;
+mod torch_error;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,20 +23,28 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-pub use device::{choose_device, configure_allocator, set_cudnn_benchmark};
+pub use backend::ModelFormat;
+pub use device::{choose_device, configure_allocator, device_name, set_cudnn_benchmark};
 use model::Model;
+use split::{split_in_half, unpadded, Split};
+pub use torch_error::TorchError;
 
 use crate::message::{
-    Batch, BatchExtra, BatchRecord, FlushReason, InputSpec, MemoryStats, Predictions, Reject,
-    RejectKind, WorkerReport, WriterMsg,
+    Batch, BatchRecord, InputSpec, MemoryStats, Predictions, Reject, RejectKind, WorkerReport,
+    WriterMsg,
 };
 
-/// `[model]`: the TorchScript model, its labels and the device.
+/// `[model]`: the model file and its format, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// TorchScript file (`torch.jit.script(...).save(...)`). Required.
+    /// The model file. Required.
     pub path: PathBuf,
+    /// How the model file was exported: `auto` (default), `torchscript`
+    /// (`torch.jit.script(...).save(...)`) or `aoti` (an AOTInductor
+    /// package). `auto` takes the file as TorchScript.
+    #[serde(default)]
+    pub format: ModelFormat,
     /// Label map: line i is the label of class i (UTF-8). Required.
     pub labels: PathBuf,
     /// `auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`. Default `auto`.
@@ -112,41 +123,61 @@ impl ModelDtype {
 pub enum WorkerError {
     #[error("model file {path} does not exist")]
     ModelMissing { path: PathBuf },
-    #[error("cannot load model {path}: {message}")]
-    ModelLoad { path: PathBuf, message: String },
-    #[error("cannot read labels file {path}: {message}")]
-    Labels { path: PathBuf, message: String },
+    #[error("cannot load model {path}")]
+    ModelLoad {
+        path: PathBuf,
+        #[source]
+        source: TorchError,
+    },
+    #[error("cannot load model {path}: converting to channels-last")]
+    ChannelsLast {
+        path: PathBuf,
+        #[source]
+        source: TorchError,
+    },
+    #[error("model format {format:?} is not built into this segpredict")]
+    FormatUnsupported { format: ModelFormat },
+    #[error("cannot read labels file {path}")]
+    Labels {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read labels file {path}: the file holds no labels")]
+    NoLabels { path: PathBuf },
     #[error("unknown device `{0}` (use auto, cpu, cuda or cuda:N)")]
     BadDevice(String),
     #[error("device {0} requested but CUDA is not available")]
     NoCuda(String),
     #[error("cudnn_benchmark = true needs pad_to_size_classes = true: unpadded, every batch is a new shape and re-tunes")]
     CudnnNeedsPadding,
-    #[error("batch {seq} ({rows} rows, {segments} segments): the model failed: {message}")]
+    #[error("batch {seq} ({rows} rows, {segments} segments): the model failed")]
     Forward {
         seq: u64,
         rows: usize,
         segments: usize,
-        message: String,
+        #[source]
+        source: TorchError,
     },
-    #[error("model {path} with labels {labels} ({n_labels} labels): one tiny forward pass failed: {message}")]
+    #[error("model {path} with labels {labels} ({n_labels} labels): one tiny forward pass failed")]
     Probe {
         path: PathBuf,
         labels: PathBuf,
         n_labels: usize,
-        message: String,
+        #[source]
+        source: TorchError,
     },
-    #[error("reading allocator statistics: {0}")]
-    Stats(String),
+    #[error("reading allocator statistics")]
+    Stats(#[from] alloc::ShimError),
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
 }
 
 /// Reads the label map: one label per line, line i for class i.
 pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WorkerError::Labels {
+    let text = std::fs::read_to_string(path).map_err(|source| WorkerError::Labels {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        source,
     })?;
     let labels: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
     let labels: Vec<String> = match labels.iter().rposition(|l| !l.is_empty()) {
@@ -154,9 +185,8 @@ pub fn load_labels(path: &std::path::Path) -> Result<Vec<String>, WorkerError> {
         None => Vec::new(),
     };
     if labels.is_empty() {
-        return Err(WorkerError::Labels {
+        return Err(WorkerError::NoLabels {
             path: path.to_path_buf(),
-            message: "the file holds no labels".into(),
         });
     }
     Ok(labels)
@@ -185,7 +215,7 @@ struct InFlight {
 enum Launch {
     Queued(InFlight),
     /// The model failed while queueing (an out-of-memory shows here).
-    Failed(Batch, tch::TchError),
+    Failed(Batch, TorchError),
 }
 
 impl Worker {
@@ -200,20 +230,16 @@ impl Worker {
         let labels = Arc::new(load_labels(&config.labels)?);
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
-        tch::jit::f_set_profiling_mode(config.jit_profiling).map_err(|e| {
-            WorkerError::ModelLoad {
-                path: config.path.clone(),
-                message: e.to_string(),
-            }
-        })?;
-        let model = Model::load(&config.path, device, config.dtype, &inputs, labels.len())?;
-        let channels_last = config.channels_last.unwrap_or(device.is_cuda());
+        let mut model = Model::load(config, device, &inputs, labels.len())?;
+        let channels_last = config
+            .channels_last
+            .unwrap_or(device.is_cuda() && model.supports_channels_last());
         if channels_last {
             model
-                .to_channels_last()
-                .map_err(|e| WorkerError::ModelLoad {
+                .convert_to_channels_last()
+                .map_err(|source| WorkerError::ChannelsLast {
                     path: config.path.clone(),
-                    message: format!("converting to channels-last: {e}"),
+                    source,
                 })?;
         }
         let worker = Self {
@@ -225,11 +251,11 @@ impl Worker {
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         };
-        worker.probe().map_err(|message| WorkerError::Probe {
+        worker.probe().map_err(|source| WorkerError::Probe {
             path: config.path.clone(),
             labels: config.labels.clone(),
             n_labels: worker.labels.len(),
-            message,
+            source,
         })?;
         Ok(worker)
     }
@@ -369,12 +395,12 @@ impl Worker {
         &self,
         batch: Batch,
         split_depth: u32,
-        error: tch::TchError,
+        error: TorchError,
         out: &Sender<WriterMsg>,
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
-        if self.oom_recovery && is_out_of_memory(&error) {
+        if self.oom_recovery && error.is_out_of_memory() {
             report.oom_events += 1;
             return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
         }
@@ -382,7 +408,7 @@ impl Worker {
             seq: batch.seq,
             rows: batch.rows.len(),
             segments: batch.n_segments,
-            message: model_error_line(&error),
+            source: error,
         })
     }
 
@@ -390,12 +416,12 @@ impl Worker {
         &self,
         batch: Batch,
         split_depth: u32,
-        error: &tch::TchError,
+        error: &TorchError,
         out: &Sender<WriterMsg>,
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
-        alloc::empty_cache().map_err(WorkerError::Stats)?;
+        alloc::empty_cache()?;
         // Padding is the cheapest thing to give up: a lone row is retried
         // unpadded before it is rejected; a batch is split in halves.
         let retry_size = match batch.rows.len() {
@@ -429,8 +455,7 @@ impl Worker {
                         kind: RejectKind::OomSingleRow,
                         reason: format!(
                             "out of memory on a row of {} segments alone: {}",
-                            lone.n_segments,
-                            model_error_line(error)
+                            lone.n_segments, error
                         ),
                     })
                     .collect();
@@ -439,13 +464,14 @@ impl Worker {
         }
     }
 
-    fn forward(&self, batch: &Batch) -> Result<model::Launched, tch::TchError> {
+    fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {
         if let Some(limit) = self.fault_oom_above {
             if batch.padded_segments > limit {
-                return Err(tch::TchError::Torch(format!(
+                // Classified like a real one: through `TorchError::from`.
+                return Err(TorchError::from(tch::TchError::Torch(format!(
                     "CUDA out of memory (injected fault: {} segments > {limit})",
                     batch.padded_segments
-                )));
+                ))));
             }
         }
         self.model.launch(batch)
@@ -479,145 +505,15 @@ impl Worker {
 
     fn reset_peaks(&self) -> Result<(), WorkerError> {
         match self.cuda_index() {
-            Some(i) => alloc::reset_peaks(i).map_err(WorkerError::Stats),
+            Some(i) => Ok(alloc::reset_peaks(i)?),
             None => Ok(()),
         }
     }
 
     fn memory_stats(&self) -> Result<Option<MemoryStats>, WorkerError> {
         match self.cuda_index() {
-            Some(i) => alloc::stats(i).map_err(WorkerError::Stats),
+            Some(i) => Ok(alloc::stats(i)?),
             None => Ok(None),
-        }
-    }
-}
-
-fn is_out_of_memory(e: &tch::TchError) -> bool {
-    e.to_string().contains("out of memory")
-}
-
-/// libtorch's messages carry a C++ backtrace; the log wants the first line.
-fn model_error_line(e: &tch::TchError) -> String {
-    let text = e.to_string();
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or(&text)
-        .trim()
-        .to_string()
-}
-
-/// A batch split for out-of-memory recovery.
-pub enum Split {
-    Halves(Batch, Batch),
-    /// One row cannot be split.
-    Lone(Batch),
-}
-
-/// The batch without its padding segments.
-fn unpadded(mut batch: Batch) -> Batch {
-    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
-    batch.segments.truncate(batch.n_segments * segment_bytes);
-    batch.padded_segments = batch.n_segments;
-    batch.flush_reason = FlushReason::OomUnpadded;
-    batch
-}
-
-/// Splits a batch into two halves of about equal segments (unpadded: this is
-/// the rare recovery path).
-pub fn split_in_half(batch: Batch) -> Split {
-    if batch.rows.len() < 2 {
-        return Split::Lone(batch);
-    }
-    let cut = half_point(&batch.segment_counts);
-    let segment_bytes = batch.segments.len() / batch.padded_segments.max(1);
-    let first_segments: usize = batch.segment_counts[..cut]
-        .iter()
-        .map(|&c| c as usize)
-        .sum();
-    let second_segments = batch.n_segments - first_segments;
-    let (first_extras, second_extras): (Vec<_>, Vec<_>) = batch
-        .extras
-        .into_iter()
-        .map(|e| split_extra(e, cut))
-        .unzip();
-    let mut rows = batch.rows;
-    let second_rows = rows.split_off(cut);
-    let mut counts = batch.segment_counts;
-    let second_counts = counts.split_off(cut);
-    let mut segments = batch.segments;
-    segments.truncate(batch.n_segments * segment_bytes);
-    let second_bytes = segments.split_off(first_segments * segment_bytes);
-    let first = Batch {
-        seq: batch.seq,
-        rows,
-        segment_counts: counts,
-        n_segments: first_segments,
-        padded_segments: first_segments,
-        segments,
-        extras: first_extras,
-        flush_reason: FlushReason::OomSplit,
-    };
-    let second = Batch {
-        seq: batch.seq,
-        rows: second_rows,
-        segment_counts: second_counts,
-        n_segments: second_segments,
-        padded_segments: second_segments,
-        segments: second_bytes,
-        extras: second_extras,
-        flush_reason: FlushReason::OomSplit,
-    };
-    Split::Halves(first, second)
-}
-
-/// The row index where the running segment total first reaches half, kept
-/// inside 1..len so both halves hold rows.
-fn half_point(counts: &[i64]) -> usize {
-    let total: i64 = counts.iter().sum();
-    let mut running = 0;
-    for (i, c) in counts.iter().enumerate() {
-        running += c;
-        if running * 2 >= total {
-            return (i + 1).clamp(1, counts.len() - 1);
-        }
-    }
-    counts.len() / 2
-}
-
-fn split_extra(extra: BatchExtra, cut: usize) -> (BatchExtra, BatchExtra) {
-    match extra {
-        BatchExtra::Ragged {
-            mut values,
-            mut counts,
-        } => {
-            let second_counts = counts.split_off(cut);
-            let first_len: i64 = counts.iter().sum();
-            let second_values = values.split_off(first_len as usize);
-            (
-                BatchExtra::Ragged { values, counts },
-                BatchExtra::Ragged {
-                    values: second_values,
-                    counts: second_counts,
-                },
-            )
-        }
-        BatchExtra::Vectors { mut values, width } => {
-            let second = values.split_off(cut * width);
-            (
-                BatchExtra::Vectors { values, width },
-                BatchExtra::Vectors {
-                    values: second,
-                    width,
-                },
-            )
-        }
-        BatchExtra::Floats(mut v) => {
-            let second = v.split_off(cut);
-            (BatchExtra::Floats(v), BatchExtra::Floats(second))
-        }
-        BatchExtra::Ints(mut v) => {
-            let second = v.split_off(cut);
-            (BatchExtra::Ints(v), BatchExtra::Ints(second))
         }
     }
 }

@@ -1,17 +1,18 @@
-//! The TorchScript model on its device: loading, and one forward pass from a
-//! [`Batch`] to label ids and scores.
+//! The model on its device and one forward pass from a [`Batch`] to label
+//! ids and scores: input tensors built and uploaded (pinned, non-blocking),
+//! the backend run, softmax and argmax, the answers' copy to the host
+//! marked by a device event.
 
-use std::path::Path;
-
-use tch::{CModule, Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::alloc::DeviceEvent;
-use super::{ModelDtype, WorkerError};
+use super::backend::{load_backend, ModelBackend};
+use super::{ModelConfig, TorchError, WorkerError};
 use crate::message::{Batch, BatchExtra, InputSpec, SegmentDtype};
 
 /// The model, its device, and what it is fed.
 pub struct Model {
-    module: CModule,
+    backend: Box<dyn ModelBackend>,
     pub device: Device,
     kind: Kind,
     segment_shape: Vec<i64>,
@@ -40,11 +41,11 @@ pub struct Launched {
 impl Launched {
     /// Blocks until the answers are on the host. Errors of kernels that
     /// failed on the device surface here.
-    pub fn wait(self) -> Result<Predicted, tch::TchError> {
+    pub fn wait(self) -> Result<Predicted, TorchError> {
         let device_ms = match (&self.start, &self.done) {
             (Some(start), Some(done)) => {
-                done.synchronize().map_err(tch::TchError::Torch)?;
-                Some(start.elapsed_ms(done).map_err(tch::TchError::Torch)?)
+                done.synchronize()?;
+                Some(start.elapsed_ms(done)?)
             }
             _ => None,
         };
@@ -60,30 +61,14 @@ impl Launched {
 
 impl Model {
     pub fn load(
-        path: &Path,
+        config: &ModelConfig,
         device: Device,
-        dtype: ModelDtype,
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
-        if !path.is_file() {
-            return Err(WorkerError::ModelMissing {
-                path: path.to_path_buf(),
-            });
-        }
-        let mut module =
-            CModule::load_on_device(path, device).map_err(|e| WorkerError::ModelLoad {
-                path: path.to_path_buf(),
-                message: first_line(&e.to_string()),
-            })?;
-        let kind = dtype.kind();
-        module.to(device, kind, false);
-        module.f_set_eval().map_err(|e| WorkerError::ModelLoad {
-            path: path.to_path_buf(),
-            message: first_line(&e.to_string()),
-        })?;
+        let kind = config.dtype.kind();
         Ok(Self {
-            module,
+            backend: load_backend(config, device, kind)?,
             device,
             kind,
             segment_shape: inputs.segment_shape.iter().map(|&d| d as i64).collect(),
@@ -92,44 +77,14 @@ impl Model {
         })
     }
 
-    /// Re-lays every 4-D parameter out channels-last (NHWC strides, NCHW
-    /// shape), as `module.to(memory_format=torch.channels_last)` does in
-    /// Python; convolutions then pick NHWC kernels and pass the layout on.
-    pub fn to_channels_last(&self) -> Result<usize, tch::TchError> {
-        let mut converted = 0;
-        for (_, mut parameter) in self.module.named_parameters()? {
-            if parameter.dim() == 4 {
-                // Explicit strides, not permute-contiguous-permute: for a
-                // one-channel weight (the stem) `contiguous()` is a no-op
-                // that keeps NCHW strides, and the whole network then runs
-                // NCHW (1.3x slower on the H200).
-                let size = parameter.size();
-                let mut nhwc = Tensor::f_empty_strided(
-                    &size,
-                    channels_last_strides(&size),
-                    (parameter.kind(), parameter.device()),
-                )?;
-                nhwc.f_copy_(&parameter)?;
-                // The handle shares the module's tensor, so this re-lays the
-                // module's own weight.
-                parameter.f_set_data(&nhwc)?;
-                converted += 1;
-            }
-        }
-        // Read the weights back: a silent no-op would be worse than an error.
-        let laid_out = self
-            .module
-            .named_parameters()?
-            .iter()
-            .filter(|(_, p)| p.dim() == 4 && is_channels_last(p))
-            .count();
-        if laid_out != converted {
-            return Err(tch::TchError::Kind(format!(
-                "{laid_out} of {converted} 4-D weights read back channels-last"
-            )));
-        }
-        tracing::debug!(weights = converted, "weights laid out channels-last");
-        Ok(converted)
+    /// Whether the backend can re-lay its weights channels-last.
+    pub fn supports_channels_last(&self) -> bool {
+        self.backend.supports_channels_last()
+    }
+
+    /// Re-lays the weights channels-last (see the backend).
+    pub fn convert_to_channels_last(&mut self) -> Result<usize, TorchError> {
+        Ok(self.backend.convert_to_channels_last()?)
     }
 
     /// Queues the model on `batch` and the copy of its answers to the host,
@@ -137,17 +92,17 @@ impl Model {
     /// while this one runs, and calls [`Launched::wait`] for the answers.
     /// On CPU everything has run when this returns. The caller holds the
     /// no-grad guard.
-    pub fn launch(&self, batch: &Batch) -> Result<Launched, tch::TchError> {
+    pub fn launch(&self, batch: &Batch) -> Result<Launched, TorchError> {
         let start = self.record_event()?;
         let inputs = self.inputs(batch)?;
-        let logits = self.module.forward_ts(&inputs)?;
+        let logits = self.backend.forward(&inputs)?;
         let n_rows = batch.rows.len() as i64;
         let size = logits.size();
         if size != [n_rows, self.n_labels as i64] {
-            return Err(tch::TchError::Shape(format!(
+            return Err(TorchError::Failed(tch::TchError::Shape(format!(
                 "the model returned logits of shape {size:?}, expected [{n_rows}, {}] ({} labels)",
                 self.n_labels, self.n_labels
-            )));
+            ))));
         }
         let probs = logits.f_softmax(-1, Kind::Float)?;
         let (scores, ids) = probs.f_max_dim(-1, false)?;
@@ -164,15 +119,15 @@ impl Model {
         })
     }
 
-    fn record_event(&self) -> Result<Option<DeviceEvent>, tch::TchError> {
+    fn record_event(&self) -> Result<Option<DeviceEvent>, TorchError> {
         match self.device {
-            Device::Cuda(index) => DeviceEvent::record(index).map_err(tch::TchError::Torch),
+            Device::Cuda(index) => Ok(DeviceEvent::record(index)?),
             _ => Ok(None),
         }
     }
 
     /// `forward(segments, segment_counts, *extras)`, every tensor on the device.
-    fn inputs(&self, batch: &Batch) -> Result<Vec<Tensor>, tch::TchError> {
+    fn inputs(&self, batch: &Batch) -> Result<Vec<Tensor>, TorchError> {
         let mut shape = vec![batch.padded_segments as i64];
         shape.extend_from_slice(&self.segment_shape);
         let segments = Tensor::f_from_data_size(&batch.segments, &shape, self.segment_kind())?;
@@ -208,12 +163,13 @@ impl Model {
     /// which is the wait this pipeline exists to avoid; staging through
     /// pinned memory (libtorch caches those blocks) keeps the copy
     /// asynchronous and safe.
-    fn upload(&self, t: Tensor) -> Result<Tensor, tch::TchError> {
+    fn upload(&self, t: Tensor) -> Result<Tensor, TorchError> {
         match self.device {
             Device::Cpu => Ok(t),
-            device => super::alloc::pin_memory(&t)
-                .map_err(tch::TchError::Torch)?
-                .f_to_device_(device, t.kind(), true, false),
+            device => {
+                let pinned = super::alloc::pin_memory(&t)?;
+                Ok(pinned.f_to_device_(device, t.kind(), true, false)?)
+            }
         }
     }
 
@@ -223,59 +179,5 @@ impl Model {
             SegmentDtype::F16 => Kind::Half,
             SegmentDtype::F32 => Kind::Float,
         }
-    }
-}
-
-/// The strides of an NCHW-shaped tensor laid out NHWC (channels fastest),
-/// as PyTorch's `channels_last` memory format writes them.
-fn channels_last_strides(size: &[i64]) -> [i64; 4] {
-    let (c, h, w) = (size[1], size[2], size[3]);
-    [h * w * c, 1, w * c, c]
-}
-
-/// Exactly the strides `channels_last` gives. (PyTorch treats a one-channel
-/// tensor with NCHW strides as NCHW, so no exemption for one channel.)
-fn is_channels_last(t: &Tensor) -> bool {
-    let size = t.size();
-    size.len() == 4 && t.stride() == channels_last_strides(&size)
-}
-
-fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or(text).trim().to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channels_last_strides_match_pytorch_for_a_one_channel_weight() {
-        // torch.empty(512, 1, 2, 2).to(memory_format=torch.channels_last).stride()
-        assert_eq!(channels_last_strides(&[512, 1, 2, 2]), [4, 1, 2, 1]);
-        assert_eq!(
-            channels_last_strides(&[256, 512, 3, 3]),
-            [4608, 1, 1536, 512]
-        );
-    }
-
-    #[test]
-    fn a_contiguous_one_channel_weight_is_not_channels_last() {
-        // The stem weight that stayed NCHW and slowed the whole network.
-        let nchw = Tensor::zeros([512, 1, 2, 2], (Kind::Float, Device::Cpu));
-        assert!(!is_channels_last(&nchw));
-        let relaid = nchw
-            .permute([0, 2, 3, 1])
-            .contiguous()
-            .permute([0, 3, 1, 2]);
-        assert!(
-            !is_channels_last(&relaid),
-            "permute-contiguous-permute is a no-op for one channel"
-        );
-        let nhwc = Tensor::empty_strided(
-            [512, 1, 2, 2],
-            channels_last_strides(&[512, 1, 2, 2]),
-            (Kind::Float, Device::Cpu),
-        );
-        assert!(is_channels_last(&nhwc));
     }
 }
