@@ -164,8 +164,10 @@ pub enum WorkerError {
         path: PathBuf,
         labels: PathBuf,
         n_labels: usize,
+        // Boxed: two paths and a libtorch error would make every
+        // `WorkerError` large.
         #[source]
-        source: TorchError,
+        source: Box<TorchError>,
     },
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
@@ -255,7 +257,7 @@ impl Worker {
             path: config.path.clone(),
             labels: config.labels.clone(),
             n_labels: worker.labels.len(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(worker)
     }
