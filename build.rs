@@ -1,20 +1,33 @@
-//! Links libtorch so the binary finds CUDA where there is one, and builds
-//! the small C++ shim that reads the caching allocator's statistics.
+//! Links libtorch so the binary finds CUDA where there is one and can load
+//! AOTInductor packages, and builds the small C++ shims: the caching
+//! allocator's statistics, and the AOTInductor package loader.
 
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/alloc_stats.cpp");
+    println!("cargo:rerun-if-changed=csrc/aoti_package.cpp");
     // torch-sys declares `links = "tch"` and exports the libtorch lib dir.
     let lib_dir = PathBuf::from(
         std::env::var("DEP_TCH_LIBTORCH_LIB")
             .expect("torch-sys did not export DEP_TCH_LIBTORCH_LIB"),
     );
     link_torch_cuda_if_present(&lib_dir);
+    link_libtorch_for_aoti_packages();
     // An rpath to the venv's libtorch: the binary runs on the machine that
     // built it without LD_LIBRARY_PATH. Elsewhere LD_LIBRARY_PATH still wins.
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
-    build_alloc_shim(&lib_dir);
+    build_shims(&lib_dir);
+}
+
+/// An AOTInductor package's compiled model is dlopened at run time and
+/// names `libtorch.so` as a dependency. Loaded already (by name, from the
+/// rpath), it is found without LD_LIBRARY_PATH; nothing references it by
+/// symbol, so without --no-as-needed the linker would drop it.
+fn link_libtorch_for_aoti_packages() {
+    println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+    println!("cargo:rustc-link-arg=-ltorch");
+    println!("cargo:rustc-link-arg=-Wl,--as-needed");
 }
 
 /// Without an explicit, non-as-needed link, the linker drops libtorch_cuda
@@ -28,7 +41,7 @@ fn link_torch_cuda_if_present(lib_dir: &std::path::Path) {
     }
 }
 
-fn build_alloc_shim(lib_dir: &std::path::Path) {
+fn build_shims(lib_dir: &std::path::Path) {
     let include = lib_dir.join("..").join("include");
     cc::Build::new()
         .cpp(true)
@@ -39,5 +52,6 @@ fn build_alloc_shim(lib_dir: &std::path::Path) {
         .flag("-std=c++17")
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         .file("csrc/alloc_stats.cpp")
-        .compile("segpredict_alloc_stats");
+        .file("csrc/aoti_package.cpp")
+        .compile("segpredict_shims");
 }

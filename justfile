@@ -75,6 +75,12 @@ sample: setup
 models: setup
     {{python}} tools/make_models.py
 
+# The package is compiled for this CPU's instruction set; the tests use it. About 45 s on
+# 2 cores. CUDA packages (on a GPU machine): tools/make_models.py --aoti --device cuda.
+# Export digits-small and compile it with AOTInductor: models/digits-small.pt2 (committed).
+models-aoti: setup
+    {{python}} tools/make_models.py --aoti --only digits-small
+
 # Host memory: peak RSS on the sample and on 20x the sample (benches/host/results.md).
 bench-host-memory: build
     {{python}} benches/host/memory.py

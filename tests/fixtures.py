@@ -6,7 +6,8 @@ Usage: python tests/fixtures.py COMMAND IN OUT [options]
 Every command reads IN (the sample, or any file of its schema), keeps its first
 --rows rows (default: all) and writes OUT (a file, or a directory for `codecs`
 and `split`). Row order is kept, so row k of OUT is row k of the subset.
-`wrapper-model` instead reads a TorchScript model and writes another.
+`wrapper-model` instead reads a TorchScript model and writes another;
+`aoti-metadata` reads an AOTInductor package (.pt2) and writes another.
 """
 
 from __future__ import annotations
@@ -178,6 +179,28 @@ def cmd_wrapper_model(a, _t):
     wrapper.save(a.out)
 
 
+def cmd_aoti_metadata(a, _t):
+    """IN is an AOTInductor package; OUT is the same package with the metadata entries given
+    as --set KEY=VALUE (comma-separated) changed in its `*_metadata.json` records, which are
+    what a loader reads (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...) before it opens the compiled code.
+    Every other record is copied byte for byte."""
+    import zipfile
+
+    changes = dict(pair.split("=", 1) for pair in a.set.split(",") if pair)
+    changed = 0
+    with zipfile.ZipFile(a.input) as src, zipfile.ZipFile(a.out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("_metadata.json"):
+                metadata = json.loads(data)
+                metadata.update(changes)
+                data = json.dumps(metadata).encode()
+                changed += 1
+            dst.writestr(info, data)
+    if changed == 0:
+        raise SystemExit(f"{a.input} holds no *_metadata.json record")
+
+
 def cmd_binary_list(a, t):
     pq.write_table(replace(t, "segments", binary_segments(t)), a.out)
 
@@ -251,6 +274,7 @@ COMMANDS = {
     "float-list": cmd_float_list,
     "extras": cmd_extras,
     "wrapper-model": cmd_wrapper_model,
+    "aoti-metadata": cmd_aoti_metadata,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
     "int-ids": cmd_int_ids,
@@ -272,8 +296,9 @@ def main() -> None:
     ap.add_argument("--indices", default="")
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     ap.add_argument("--short-vec-row", type=int)
+    ap.add_argument("--set", default="", help="aoti-metadata: KEY=VALUE[,KEY=VALUE...]")
     a = ap.parse_args()
-    table = None if a.command == "wrapper-model" else load(a.input, a.rows)
+    table = None if a.command in ("wrapper-model", "aoti-metadata") else load(a.input, a.rows)
     COMMANDS[a.command](a, table)
 
 

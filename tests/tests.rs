@@ -7,6 +7,7 @@
 //! * `errors`: each failure is exit code 1 and one line naming its cause.
 //! * `recovery`: bad values, out-of-memory recovery, Ctrl-C.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
+//! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `tidy`: the architecture's rules, checked on the source text.
 //!
@@ -14,6 +15,7 @@
 
 mod util;
 
+mod aoti;
 mod errors;
 mod gpu;
 mod inputs;

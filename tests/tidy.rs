@@ -93,6 +93,9 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
         let Some(after) = fn_keyword(trimmed) else {
             continue;
         };
+        if is_declaration(&lines[i..]) {
+            continue;
+        }
         if line.trim_end().ends_with('}') {
             found.push((head(after), i + 1, 1));
             continue;
@@ -119,9 +122,17 @@ fn fn_keyword(line: &str) -> Option<&str> {
     ] {
         rest = rest.strip_prefix(prefix).unwrap_or(rest);
     }
-    let after = rest.strip_prefix("fn ")?;
-    // A declaration without a body (in `extern` blocks or traits).
-    (!line.trim_end().ends_with(';')).then_some(after)
+    rest.strip_prefix("fn ")
+}
+
+/// A declaration without a body (in `extern` blocks or traits): its
+/// signature, on one line or several, ends with `;` before a body opens.
+fn is_declaration(from_signature: &[&str]) -> bool {
+    from_signature
+        .iter()
+        .map(|l| l.split("//").next().unwrap_or("").trim_end())
+        .find(|l| l.ends_with(['{', '}', ';']))
+        .is_some_and(|l| l.ends_with(';'))
 }
 
 #[test]
@@ -227,7 +238,8 @@ fn the_checks_see_what_they_check() {
     );
     assert_eq!(crate_paths("x = crate::reader::IdKind::Str;"), ["reader"]);
     let text =
-        "pub fn a() {\n    one();\n}\nfn decl();\n    fn b(\n        x: u8,\n    ) {\n    }\n";
+        "pub fn a() {\n    one();\n}\nfn decl();\n    fn b(\n        x: u8,\n    ) {\n    }\n\
+                fn multi_line_decl(\n    x: u8,\n) -> u8;\n}\n";
     let found: Vec<_> = functions(text)
         .into_iter()
         .map(|(n, _, len)| (n, len))

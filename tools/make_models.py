@@ -1,6 +1,15 @@
-"""Build the TorchScript models under models/ (deterministic).
+"""Build the TorchScript models under models/ (deterministic), and AOTInductor packages of them.
 
 Usage: python tools/make_models.py [--only digits-small|digits-seed]   (default: both)
+       python tools/make_models.py --aoti [--only NAME] [--device cpu|cuda] [--dtype f32|bf16|f16]
+                                   [--max-autotune] [--out PATH]
+
+--aoti exports the model(s) with torch.export (dynamic segment, row and tag dimensions) and
+compiles them with AOTInductor into a package, models/<name>.pt2 on CPU in f32, else
+models/<name>.<device>[.<dtype>].pt2 (e.g. digits-seed.cuda.bf16.pt2). The weights are those of
+models/<name>.pt (digits-seed's are rebuilt from its seed when the .pt is absent). A package is
+compiled for one device type and, on CPU, for the instruction set of the machine that builds it:
+build it on the kind of machine that runs it. CPU: about 45 s per model on 2 cores (gcc).
 
 Model contract (what segpredict calls; also in models/README.md):
 
@@ -41,6 +50,7 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -152,6 +162,72 @@ class DigitsSeed(nn.Module):
         return self.head(pooled)
 
 
+# ----------------------------------------------------------------------------- exportable models
+
+
+def checked_segment_total(segments: torch.Tensor, segment_counts: torch.Tensor):
+    """sum(segment_counts) as torch.export can trace it.
+
+    The TorchScript models take `int(segment_counts.sum())` and raise when it exceeds the
+    segments; torch.export can trace neither a Python int of a tensor nor a raise on data.
+    `.item()` gives a symbolic size, and torch._check states its bounds: export needs them to
+    slice `[:n]` and to size `repeat_interleave`, and the package checks them when it runs.
+    """
+    n = segment_counts.sum().item()
+    torch._check(n >= 0)
+    torch._check(n <= segments.size(0))
+    return n
+
+
+class ExportableDigitsSmall(DigitsSmall):
+    """DigitsSmall with the segment total traceable by torch.export (same weights, same outputs).
+
+    A subclass, so the TorchScript model (and its .pt file) stays exactly as it was.
+    """
+
+    def forward(
+        self, segments: torch.Tensor, segment_counts: torch.Tensor, tags: torch.Tensor, tag_counts: torch.Tensor
+    ) -> torch.Tensor:
+        r = segment_counts.size(0)
+        n = checked_segment_total(segments, segment_counts)
+        probs = torch.softmax(self.segment(segments / 255.0), dim=1)[:n]
+        row = torch.repeat_interleave(
+            torch.arange(r, dtype=torch.int64, device=segments.device), segment_counts, output_size=n
+        )
+        sums = torch.zeros(r, probs.size(1), dtype=segments.dtype, device=segments.device)
+        sums.index_add_(0, row, probs)
+        pooled = sums / segment_counts.to(segments.dtype).unsqueeze(1)
+        return self.pool_features(pooled, tags, tag_counts)
+
+
+class ExportableDigitsSeed(DigitsSeed):
+    """DigitsSeed with the segment total traceable by torch.export (see ExportableDigitsSmall)."""
+
+    def forward(
+        self, segments: torch.Tensor, segment_counts: torch.Tensor, tags: torch.Tensor, tag_counts: torch.Tensor
+    ) -> torch.Tensor:
+        r = segment_counts.size(0)
+        n = checked_segment_total(segments, segment_counts)
+        x = F.relu(self.stem(segments / 255.0))
+        x = F.relu(self.conv2(x))
+        x = F.relu(self.conv3(x))
+        f = self.pool(x).flatten(1)[:n]
+        row = torch.repeat_interleave(
+            torch.arange(r, dtype=torch.int64, device=segments.device), segment_counts, output_size=n
+        )
+        pooled = torch.zeros(r, 256, dtype=f.dtype, device=f.device)
+        pooled.index_add_(0, row, f)
+        tag_row = torch.repeat_interleave(
+            torch.arange(r, dtype=torch.int64, device=segments.device), tag_counts, output_size=tags.size(0)
+        )
+        pooled.index_add_(0, tag_row, self.tag_emb(tags))
+        return self.head(pooled)
+
+
+EXPORTABLE = {"digits-small": ExportableDigitsSmall, "digits-seed": ExportableDigitsSeed}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -227,15 +303,21 @@ def save_script(module: nn.Module, name: str) -> Path:
     return path
 
 
-def smoke_test(path: Path) -> None:
-    """Padding is ignored, T == 0 works, bfloat16 cast works."""
-    m = torch.jit.load(str(path))
-    m.eval()
+def smoke_inputs():
+    """7 segments in 3 rows (2, 1, 4), 3 tags all in the middle row."""
     g = torch.Generator().manual_seed(0)
     seg = torch.randint(0, 256, (7, 1, 8, 8), generator=g).float()
     counts = torch.tensor([2, 1, 4], dtype=torch.int64)
     tags = torch.tensor([3, 55, 99], dtype=torch.int64)
     tcounts = torch.tensor([0, 3, 0], dtype=torch.int64)
+    return seg, counts, tags, tcounts
+
+
+def smoke_test(path: Path) -> None:
+    """Padding is ignored, T == 0 works, bfloat16 cast works."""
+    m = torch.jit.load(str(path))
+    m.eval()
+    seg, counts, tags, tcounts = smoke_inputs()
     with torch.inference_mode():
         a = m(seg, counts, tags, tcounts)
         padded = torch.cat([seg, torch.zeros(5, 1, 8, 8)])
@@ -296,15 +378,17 @@ def cnn_probs(net: SegmentCNN, x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(net(x), dim=1)
 
 
-def item_accuracy_on_sample(path: Path) -> float:
+def item_accuracy_on_sample(model) -> float:
+    """Of a TorchScript file's model (a Path), or of any callable model."""
     import pyarrow.parquet  # noqa: F401
 
     from reference_predict import load_input, predict_probs
 
-    m = torch.jit.load(str(path))
-    m.eval()
+    if isinstance(model, Path):
+        model = torch.jit.load(str(model))
+        model.eval()
     cols = load_input(str(SAMPLE))
-    probs = predict_probs(m, cols, 64)
+    probs = predict_probs(model, cols, 64)
     pred = probs.argmax(axis=1)
     truth = np.array([LABELS.index(t) for t in cols["true_label"].to_pylist()])
     return float((pred == truth).mean())
@@ -379,11 +463,110 @@ def build_digits_seed() -> None:
     print(f"[digits-seed] built in {time.perf_counter() - t0:.1f}s")
 
 
+# ----------------------------------------------------------------------------- AOTInductor packages
+
+
+def aoti_package_path(name: str, device: str, dtype: str) -> Path:
+    suffix = "" if (device, dtype) == ("cpu", "f32") else f".{device}" + ("" if dtype == "f32" else f".{dtype}")
+    return MODELS / f"{name}{suffix}.pt2"
+
+
+def eager_weights(name: str) -> dict:
+    """The weights of models/<name>.pt, so the package computes what the TorchScript model does."""
+    path = MODELS / f"{name}.pt"
+    if path.exists():
+        return torch.jit.load(str(path), map_location="cpu").state_dict()
+    if name == "digits-seed":
+        # As build_digits_seed makes them, without its global deterministic mode, under which
+        # CUDA's index_add_ refuses to run (the package check runs the eager model).
+        torch.manual_seed(5150)
+        return DigitsSeed().state_dict()
+    raise SystemExit(f"{path.relative_to(ROOT)} is missing: build it first (just models)")
+
+
+def export_model(model: nn.Module, device: str, dtype: torch.dtype):
+    """torch.export with dynamic segment, row and tag dimensions.
+
+    The example's sizes are all different and at least 2: export specialises a dimension whose
+    example size is 0 or 1, or equals another's.
+    """
+    seg, counts, tags, tcounts = (t.to(device) for t in smoke_inputs())
+    example = (seg.to(dtype), counts, tags, tcounts)
+    segments = torch.export.Dim("segments", min=1)
+    rows = torch.export.Dim("rows", min=1)
+    n_tags = torch.export.Dim("tags", min=0)
+    dynamic = ({0: segments}, {0: rows}, {0: n_tags}, {0: rows})
+    return torch.export.export(model, example, dynamic_shapes=dynamic)
+
+
+def check_package(path: Path, model: nn.Module, device: str, dtype: torch.dtype) -> None:
+    """The package against the eager model: padding, one row, no tags; f32 within 1e-4."""
+    package = torch._inductor.aoti_load_package(str(path))
+    seg, counts, tags, tcounts = (t.to(device) for t in smoke_inputs())
+    seg = seg.to(dtype)
+    padded = torch.cat([seg, torch.zeros(5, 1, 8, 8, dtype=dtype, device=device)])
+    no_tags = torch.zeros(0, dtype=torch.int64, device=device)
+    cases = {
+        "as exported": (seg, counts, tags, tcounts),
+        "padded": (padded, counts, tags, tcounts),
+        "one row": (seg[:2], counts[:1], tags[:0], tcounts[:1]),
+        "no tags": (seg, counts, no_tags, torch.zeros_like(tcounts)),
+    }
+    worst = 0.0
+    with torch.inference_mode():
+        for case, inputs in cases.items():
+            want, got = model(*inputs), package(*inputs)
+            assert got.shape == want.shape, (case, got.shape, want.shape)
+            worst = max(worst, (got.float() - want.float()).abs().max().item())
+    if dtype == torch.float32:
+        assert worst <= 1e-4, f"the package differs from the eager model by {worst:.3g}"
+    print(f"[{path.name}] matches the eager model within {worst:.3g} (padding, one row, no tags)")
+
+
+def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None) -> None:
+    t0 = time.perf_counter()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here")
+    torch.set_num_threads(min(os.cpu_count() or 1, 16))
+    dtype = DTYPES[dtype_name]
+    model = EXPORTABLE[name]()
+    model.load_state_dict(eager_weights(name))
+    model.eval().to(device=device, dtype=dtype)
+    program = export_model(model, device, dtype)
+    path = out or aoti_package_path(name, device, dtype_name)
+    configs = {
+        # segpredict reads the dtype the package takes from its metadata.
+        "aot_inductor.metadata": {"segpredict.dtype": dtype_name},
+        "max_autotune": max_autotune,
+    }
+    torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    if not (MODELS / f"{name}.labels.txt").exists():
+        write_labels(name)
+    print(f"[{name}] wrote {path} ({path.stat().st_size:,} bytes) in {time.perf_counter() - t0:.1f}s")
+    check_package(path, model, device, dtype)
+    if name == "digits-small" and (device, dtype_name) == ("cpu", "f32"):
+        acc = item_accuracy_on_sample(torch._inductor.aoti_load_package(str(path)))
+        print(f"[{name}] package's item accuracy on {SAMPLE.relative_to(ROOT)}: {acc:.4f}")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description="Build TorchScript models under models/.")
+    ap = argparse.ArgumentParser(description="Build TorchScript models (and AOTInductor packages) under models/.")
     ap.add_argument("--only", choices=["digits-small", "digits-seed"])
+    ap.add_argument("--aoti", action="store_true", help="export and package with AOTInductor (.pt2)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="--aoti: the package's device")
+    ap.add_argument("--dtype", choices=list(DTYPES), default="f32", help="--aoti: the package's dtype")
+    ap.add_argument("--max-autotune", action="store_true", help="--aoti: inductor's max_autotune (slow to build)")
+    ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     args = ap.parse_args()
     MODELS.mkdir(exist_ok=True)
+    if args.aoti:
+        # torch 2.11's own pytree code trips its own deprecation on every package.
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        if args.out and not args.only:
+            ap.error("--out needs --only")
+        for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
+            build_aoti(name, args.device, args.dtype, args.max_autotune, args.out)
+        return
     if args.only is None or os.environ.get("PYTHONHASHSEED") != "0":
         # One process per model, with a fixed PYTHONHASHSEED: TorchScript's generated code
         # depends on set iteration order and on what was compiled earlier in the process,

@@ -34,7 +34,8 @@ use crate::message::{
     WriterMsg,
 };
 
-/// `[model]`: the model file and its format, its labels and the device.
+/// `[model]`: the model file (TorchScript or AOTInductor package) and its
+/// format, its labels and the device.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -42,7 +43,11 @@ pub struct ModelConfig {
     pub path: PathBuf,
     /// How the model file was exported: `auto` (default), `torchscript`
     /// (`torch.jit.script(...).save(...)`) or `aoti` (an AOTInductor
-    /// package). `auto` takes the file as TorchScript.
+    /// package, `torch._inductor.aoti_compile_and_package(...)`). `auto`
+    /// tells them apart by the file's content. A package's device type and
+    /// dtype are fixed when it is compiled: `device` must run it and `dtype`
+    /// must be its own; `channels_last` and `jit_profiling` are TorchScript's
+    /// and are refused for a package.
     #[serde(default)]
     pub format: ModelFormat,
     /// Label map: line i is the label of class i (UTF-8). Required.
@@ -135,8 +140,8 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
-    #[error("model format {format:?} is not built into this segpredict")]
-    FormatUnsupported { format: ModelFormat },
+    #[error(transparent)]
+    Aoti(#[from] backend::AotiError),
     #[error("cannot read labels file {path}")]
     Labels {
         path: PathBuf,

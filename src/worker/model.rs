@@ -66,9 +66,10 @@ impl Model {
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
-        let kind = config.dtype.kind();
+        let backend = load_backend(config, device, config.dtype.kind(), inputs, n_labels)?;
+        let kind = backend.input_kind().unwrap_or(config.dtype.kind());
         Ok(Self {
-            backend: load_backend(config, device, kind)?,
+            backend,
             device,
             kind,
             segment_shape: inputs.segment_shape.iter().map(|&d| d as i64).collect(),

@@ -2,20 +2,23 @@
 //! format. The worker builds the input tensors, uploads them, and turns the
 //! logits into labels and scores; a backend only runs the model.
 
+pub mod aoti;
 mod torchscript;
 
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use super::{ModelConfig, TorchError, WorkerError};
+use crate::message::InputSpec;
 
+pub use aoti::{AotiError, AotiPackage};
 pub use torchscript::TorchScript;
 
 /// `[model] format`: how the model file was exported.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelFormat {
-    /// Decided from the file; today every file is taken as TorchScript.
+    /// Told by the file's content (see [`aoti::archive_kind`]).
     #[default]
     Auto,
     /// `torch.jit.script(model).save(path)`.
@@ -35,6 +38,12 @@ pub trait ModelBackend: Send {
     /// The format this backend runs.
     fn format(&self) -> ModelFormat;
 
+    /// The dtype the model takes its segments and float inputs in, when the
+    /// model fixes it (a compiled package); `None`: the `dtype` asked for.
+    fn input_kind(&self) -> Option<Kind> {
+        None
+    }
+
     /// Whether [`ModelBackend::convert_to_channels_last`] can re-lay the weights.
     fn supports_channels_last(&self) -> bool {
         false
@@ -51,10 +60,14 @@ pub trait ModelBackend: Send {
 }
 
 /// Loads the model file of `config` on `device` with weights of `kind`.
+/// A package is checked against the pipeline's `inputs` and `n_labels` at
+/// once, by one forward pass.
 pub fn load_backend(
     config: &ModelConfig,
     device: Device,
     kind: Kind,
+    inputs: &InputSpec,
+    n_labels: usize,
 ) -> Result<Box<dyn ModelBackend>, WorkerError> {
     if !config.path.is_file() {
         return Err(WorkerError::ModelMissing {
@@ -65,14 +78,52 @@ pub fn load_backend(
         path: config.path.clone(),
         source,
     };
-    match config.format {
+    match resolve_format(config)? {
         ModelFormat::Auto | ModelFormat::TorchScript => {
             let model = TorchScript::load(&config.path, device, kind, config.jit_profiling)
                 .map_err(load_error)?;
             Ok(Box::new(model))
         }
-        ModelFormat::Aoti => Err(WorkerError::FormatUnsupported {
-            format: config.format,
+        ModelFormat::Aoti => {
+            let settings = aoti::AotiSettings {
+                channels_last: config.channels_last,
+                dtype: config.dtype,
+                jit_profiling: config.jit_profiling,
+            };
+            let package = AotiPackage::load(&config.path, device, settings, inputs, n_labels)?;
+            Ok(Box::new(package))
+        }
+    }
+}
+
+/// `auto` becomes the format the file's content shows. A format set in the
+/// pipeline must agree with the content where the content is clear; where
+/// it is not, the format's own loader says what is wrong.
+fn resolve_format(config: &ModelConfig) -> Result<ModelFormat, AotiError> {
+    let found = match aoti::archive_kind(&config.path) {
+        Ok(aoti::ArchiveKind::TorchScript) => ModelFormat::TorchScript,
+        Ok(aoti::ArchiveKind::Aoti) => ModelFormat::Aoti,
+        Err(unclear) if config.format == ModelFormat::Auto => return Err(unclear),
+        Err(_) => return Ok(config.format),
+    };
+    match config.format {
+        ModelFormat::Auto => Ok(found),
+        set if set == found => Ok(set),
+        set => Err(AotiError::FormatContradicted {
+            path: config.path.clone(),
+            set: format_name(set),
+            found: match found {
+                ModelFormat::Aoti => "an AOTInductor package",
+                _ => "a TorchScript module",
+            },
         }),
+    }
+}
+
+fn format_name(format: ModelFormat) -> &'static str {
+    match format {
+        ModelFormat::Auto => "auto",
+        ModelFormat::TorchScript => "torchscript",
+        ModelFormat::Aoti => "aoti",
     }
 }

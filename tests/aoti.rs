@@ -1,0 +1,283 @@
+//! AOTInductor packages (`.pt2`): the sample predicted by the committed CPU
+//! package of digits-small, and each start-up refusal as one line naming the
+//! file and the problem.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::*;
+
+/// `models/digits-small.pt2`: digits-small's weights, exported and compiled
+/// for CPU by `tools/make_models.py --aoti` (`just models-aoti`).
+fn package() -> PathBuf {
+    repo().join("models/digits-small.pt2")
+}
+
+/// label, label id and score by id, from the Python reference on the
+/// TorchScript model.
+fn reference_predictions(dir: &Path) -> HashMap<String, (String, i32, f32)> {
+    let out = dir.join("reference.parquet");
+    let run = Command::new(python())
+        .arg(repo().join("tools/reference_predict.py"))
+        .arg("--model")
+        .arg(model())
+        .arg("--labels")
+        .arg(labels())
+        .arg("--input")
+        .arg(sample())
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .expect("running tools/reference_predict.py");
+    assert!(
+        run.status.success(),
+        "reference_predict.py failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut rows = HashMap::new();
+    for batch in read_batches(&out).unwrap() {
+        let ids = arrow::compute::cast(
+            batch.column_by_name("id").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let ids = arrow::array::AsArray::as_string::<i32>(&ids);
+        let labels =
+            arrow::array::AsArray::as_string::<i32>(batch.column_by_name("label").unwrap());
+        let label_ids = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int32Type>(
+            batch.column_by_name("label_id").unwrap(),
+        );
+        let scores = arrow::array::AsArray::as_primitive::<arrow::datatypes::Float32Type>(
+            batch.column_by_name("score").unwrap(),
+        );
+        for i in 0..batch.num_rows() {
+            let row = (
+                labels.value(i).to_string(),
+                label_ids.value(i),
+                scores.value(i),
+            );
+            rows.insert(ids.value(i).to_string(), row);
+        }
+    }
+    rows
+}
+
+#[test]
+fn package_predicts_the_sample_like_torchscript_and_the_python_reference() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(sample(), &out);
+    pipeline.model = package();
+    let input = read_input(&sample());
+    let output = run_clean(&pipeline, &ids_of(&input));
+    assert_eq!(output.len(), SAMPLE_ROWS);
+
+    let reference = reference_predictions(dir.path());
+    assert_eq!(reference.len(), SAMPLE_ROWS);
+    let differ: Vec<String> = output
+        .iter()
+        .filter(|row| {
+            let (label, label_id, score) = &reference[&row.id];
+            &row.label != label || row.label_id != *label_id || (row.score - score).abs() > 1e-4
+        })
+        .map(|row| format!("{row:?} vs reference {:?}", reference[&row.id]))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} row(s) differ from the Python reference, e.g. {:?}",
+        differ.len(),
+        &differ[..differ.len().min(5)]
+    );
+    // The same binary with the TorchScript model.
+    assert_same_predictions_as_baseline(&output);
+}
+
+/// Runs a pipeline of 10 sample rows on `package`, changed by `configure`
+/// and then by `(from, to)` replacements in its TOML text; checks the run
+/// fails with one line naming the package, and returns that line.
+fn refused(
+    dir: &Path,
+    package: &Path,
+    configure: impl FnOnce(&mut Pipeline),
+    replace: &[(&str, &str)],
+) -> String {
+    let input = sample_subset(dir, "subset.parquet", 10);
+    let out = dir.join("out");
+    let mut pipeline = Pipeline::new(&input, &out);
+    pipeline.model = package.to_path_buf();
+    configure(&mut pipeline);
+    let mut text = pipeline.toml();
+    for (from, to) in replace {
+        assert!(text.contains(from), "{from} is not in {text}");
+        text = text.replace(from, to);
+    }
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, text).unwrap();
+    let run = run_file(&file, &[], &out);
+    let line = expect_one_line_error(&run);
+    assert!(
+        line.contains(&package.display().to_string()),
+        "the error does not name the file: {line}"
+    );
+    assert!(
+        !out.join("_SUCCESS").exists(),
+        "a refused model still wrote output"
+    );
+    line
+}
+
+const BF16: &[(&str, &str)] = &[("dtype = \"f32\"", "dtype = \"bf16\"")];
+
+#[test]
+fn truncated_package_is_one_line_naming_the_file() {
+    let dir = tmp();
+    let bytes = std::fs::read(package()).unwrap();
+    let truncated = dir.path().join("truncated.pt2");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let line = refused(dir.path(), &truncated, |_| {}, &[]);
+    assert!(
+        line.contains("neither a TorchScript module nor an AOTInductor package"),
+        "{line}"
+    );
+    assert!(line.contains("failed finding central directory"), "{line}");
+}
+
+/// A CUDA package cannot be built here (no GPU), so this one is the CPU
+/// package with its metadata record saying `cuda`. That record is what a
+/// real CUDA package differs by where segpredict looks: the device check
+/// reads the metadata before the compiled code is opened, as it must (a
+/// CUDA package's code cannot even be loaded on a CPU-only machine).
+#[test]
+fn cuda_package_on_a_cpu_run_is_one_line_naming_both_devices() {
+    let dir = tmp();
+    let cuda = dir.path().join("cuda.pt2");
+    fixture(
+        "aoti-metadata",
+        &package(),
+        &cuda,
+        &["--set", "AOTI_DEVICE_KEY=cuda"],
+    );
+    let line = refused(dir.path(), &cuda, |_| {}, &[]);
+    assert!(
+        line.contains("compiled for cuda, but the run is on cpu"),
+        "{line}"
+    );
+}
+
+/// The package takes (segments, segment_counts, tags, tag_counts); a
+/// pipeline without the tags extra gives it two inputs. The start-up
+/// forward pass finds it before any row is read.
+#[test]
+fn package_given_the_wrong_number_of_inputs_is_one_line_with_the_counts() {
+    let dir = tmp();
+    let line = refused(dir.path(), &package(), |p| p.extras.clear(), &[]);
+    assert!(
+        line.contains("does not take this pipeline's inputs"),
+        "{line}"
+    );
+    assert!(
+        line.contains("expected inputs vector size to be 4, but got 2"),
+        "{line}"
+    );
+}
+
+/// Without the dtype segpredict records, the dtype comes from the pipeline
+/// and the start-up forward pass checks it: the package's own input checks
+/// name the input.
+#[test]
+fn package_given_the_wrong_dtype_is_one_line_naming_the_input() {
+    let dir = tmp();
+    let unrecorded = dir.path().join("unrecorded-dtype.pt2");
+    fixture(
+        "aoti-metadata",
+        &package(),
+        &unrecorded,
+        &["--set", "segpredict.dtype="],
+    );
+    let line = refused(dir.path(), &unrecorded, |_| {}, BF16);
+    assert!(line.contains("input_handles[0]: unmatched dtype"), "{line}");
+}
+
+#[test]
+fn torchscript_only_settings_are_refused_for_a_package() {
+    let dir = tmp();
+    let line = refused(
+        dir.path(),
+        &package(),
+        |p| p.model_extra.push("channels_last = true".into()),
+        &[],
+    );
+    assert!(line.contains("`channels_last = true`"), "{line}");
+    let dir = tmp();
+    let line = refused(dir.path(), &package(), |_| {}, BF16);
+    assert!(line.contains("the package takes f32"), "{line}");
+}
+
+/// Every dynamic size at its smallest: the out-of-memory recovery (an
+/// injected fault) splits batches down to lone rows, which the package must
+/// run like any batch. (AOTInductor's own input checks would refuse one row:
+/// segpredict turns them on only for the start-up check.)
+#[test]
+fn package_runs_batches_of_one_row() {
+    const LIMIT: usize = 100;
+    let dir = tmp();
+    let input_path = sample_subset(dir.path(), "subset.parquet", 40);
+    let input = read_input(&input_path);
+    let mut pipeline = Pipeline::new(&input_path, dir.path().join("out"));
+    pipeline.model = package();
+    pipeline
+        .model_extra
+        .push(format!("fault_oom_above_segments = {LIMIT}"));
+    let run = pipeline.run(&[]);
+    let out = &run.out_dir;
+    let output = read_output(out);
+    let rejects = match out.join("_rejects.parquet").is_file() {
+        true => read_rejects(out),
+        false => Vec::new(),
+    };
+    run.expect_code(if rejects.is_empty() { 0 } else { 3 });
+    assert_each_id_once(input.iter().map(|r| r.id.as_str()), &output, &rejects);
+    for reject in &rejects {
+        let row = &input[reject.source_row as usize];
+        assert_eq!(reject.kind, "oom_single_row", "{reject:?}");
+        assert!(row.n_segments.unwrap() > LIMIT, "{reject:?}");
+    }
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(out);
+    let one_row_batches = report["batch_records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["rows"] == 1)
+        .count();
+    assert!(one_row_batches > 0, "no batch of one row ran: {report}");
+}
+
+/// `format` set in the pipeline must agree with the file; `auto` (the
+/// default, used by every other test here) tells them apart.
+#[test]
+fn format_contradicting_the_file_is_one_line_naming_both() {
+    let dir = tmp();
+    let line = refused(
+        dir.path(),
+        &model(),
+        |p| p.model_extra.push("format = \"aoti\"".into()),
+        &[],
+    );
+    assert!(
+        line.contains("`format = \"aoti\"` but the file is a TorchScript module"),
+        "{line}"
+    );
+    let dir = tmp();
+    let line = refused(
+        dir.path(),
+        &package(),
+        |p| p.model_extra.push("format = \"torchscript\"".into()),
+        &[],
+    );
+    assert!(
+        line.contains("`format = \"torchscript\"` but the file is an AOTInductor package"),
+        "{line}"
+    );
+}
