@@ -29,6 +29,15 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
+# Debian packages the tests need (the Pushgateway the metrics test starts); root or sudo.
+setup-system:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
+    sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus-pushgateway
+
 # The test suite (CPU only; the GPU tests are listed as ignored).
 test: setup
     cargo test --release
@@ -37,10 +46,23 @@ test: setup
 test-gpu: setup
     cargo test --release --test integration gpu -- --ignored
 
-# Formatting and clippy, warnings as errors.
+# Formatting, clippy (warnings as errors) and the Dockerfile (hadolint).
 lint: setup
     cargo fmt --check
     cargo clippy --release --all-targets -- -D warnings
+    hadolint Dockerfile
+
+# The container image (Dockerfile), with docker or podman where one runs here.
+image tag=("segpredict:" + `grep -m1 '^version' Cargo.toml | cut -d'"' -f2`):
+    #!/usr/bin/env bash
+    set -euo pipefail
+    for engine in docker podman; do
+        if command -v "$engine" >/dev/null && "$engine" info >/dev/null 2>&1; then
+            exec "$engine" build --tag "{{tag}}" .
+        fi
+    done
+    echo "no container engine runs here (docker or podman with its daemon); the image was not built" >&2
+    exit 1
 
 # fmt, clippy, tests: what CI runs.
 check: lint test

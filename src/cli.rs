@@ -1,27 +1,31 @@
 //! The command line: flags mirror the CLI, are turned once into a
-//! [`PipelineConfig`], and no stage ever sees clap.
+//! [`PipelineConfig`], and no stage ever sees clap. `run.rs` runs a
+//! pipeline and says how it ended; `tools.rs` holds the other commands.
+
+mod run;
+mod tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::commit::{commit_run, CommitState, Totals};
-use crate::config::{ConfigError, Overrides, PipelineConfig};
-use crate::exit::{self, Failure, Outcome, Permanent};
+use crate::config::ConfigError;
+use crate::exit::{Failure, Outcome, Permanent};
 use crate::local_shards::{LocalShards, LocalShardsError};
-use crate::message::{ShardError, ShardSpec, COMPLETION_INDEX_VAR};
-use crate::pipeline::{self, RunEnd, RunOptions};
-use crate::reader::{OnBadFile, ReaderError};
+use crate::logging::{self, LogFormat};
+use crate::message::{ShardError, ShardSpec};
+use crate::metrics;
+use crate::pipeline;
+use crate::reader::ReaderError;
 use crate::worker::WorkerError;
 use crate::writer::checkpoint::CheckpointError;
 use crate::writer::done::ScanError;
 use crate::writer::manifest::ManifestError;
 use crate::writer::WriterError;
-use crate::{report, worker};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +36,10 @@ use crate::{report, worker};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How stderr lines are written: text for a person, json for a log
+    /// pipeline (one object per line, no colour, no progress bar).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,6 +52,59 @@ enum Command {
     /// Commit a sharded run by hand: check every shard's accounting and
     /// write `_SUCCESS`, or say which shards are missing.
     Commit(CommitArgs),
+    /// Check everything `run` checks before its first row (input files and
+    /// columns, model, labels against the model's outputs, device, output
+    /// directory) and stop; exit codes as `run`.
+    Check(CheckArgs),
+    /// Describe Parquet input without predicting: rows, schema, suggested
+    /// columns, segments per row and, with a pipeline, its batch plan.
+    Inspect(InspectArgs),
+    /// Print a shell completion script (e.g. `segpredict completions bash >
+    /// /etc/bash_completion.d/segpredict`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `segpredict man > segpredict.1`.
+    Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The pipeline file (TOML).
+    pipeline: PathBuf,
+    /// Input file, directory or glob [default: [readers] path in the pipeline file]
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Output directory [default: [writers] dir in the pipeline file]
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
+    #[arg(long)]
+    device: Option<String>,
+    /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
+    #[arg(long)]
+    max_segments: Option<usize>,
+    /// As `run --overwrite`: another run's output would be replaced.
+    #[arg(long)]
+    overwrite: bool,
+    /// The number of shards the run will have (`run --shards N` or
+    /// `--shard I/N`): the output directory is checked against it.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    shards: u32,
+}
+
+#[derive(Debug, clap::Args)]
+struct InspectArgs {
+    /// Parquet files, directories or globs (default: the pipeline's input).
+    paths: Vec<PathBuf>,
+    /// A pipeline file: show how it would batch the input.
+    #[arg(long)]
+    pipeline: Option<PathBuf>,
+    /// A calibration saved by `calibrate --json`: the expected peak memory,
+    /// and the budget for `max_segments = "auto"`.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -65,7 +126,7 @@ struct CalibrateArgs {
     /// Device memory target, e.g. 20GiB or 512MiB.
     #[arg(long)]
     gpu_memory: String,
-    /// cuda or cuda:N (overrides [model] device).
+    /// cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
     /// Also write the measurements and the fit as JSON here.
@@ -77,23 +138,25 @@ struct CalibrateArgs {
 struct RunArgs {
     /// The pipeline file (TOML).
     pipeline: PathBuf,
-    /// Input file, directory or glob (overrides [readers] path).
+    /// Input file, directory or glob [default: [readers] path in the pipeline file]
     #[arg(long)]
     input: Option<PathBuf>,
-    /// Output directory (overrides [writers] dir).
+    /// Output directory [default: [writers] dir in the pipeline file]
     #[arg(long)]
     output: Option<PathBuf>,
-    /// auto, cpu, cuda or cuda:N (overrides [model] device).
+    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
-    /// Segment budget per batch (overrides [bucketing] max_segments).
+    /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
     #[arg(long)]
     max_segments: Option<usize>,
-    /// Reader and writer threads (overrides both).
+    /// Reader and writer threads [default: [readers] threads and [writers]
+    /// threads in the pipeline file].
     #[arg(long)]
     threads: Option<usize>,
     /// Replace another run's output in the output directory (the same
-    /// run's output is resumed, never replaced).
+    /// run's output is resumed, never replaced) [default: [writers]
+    /// overwrite in the pipeline file, else off].
     #[arg(long)]
     overwrite: bool,
     /// Predict shard I of N (0-based) of the input; all shards write into
@@ -110,7 +173,8 @@ struct RunArgs {
     local_shards: Option<LocalShards>,
     /// An input file that cannot be read: `fail` ends the run naming it
     /// (overrides [readers] on_bad_file); `skip` leaves it out, names it in
-    /// the report and predicts the other files (exit code 3).
+    /// the report and predicts the other files (exit code 3) [default:
+    /// [readers] on_bad_file in the pipeline file, else fail].
     #[arg(long, value_enum)]
     on_bad_file: Option<BadFile>,
     /// The fraction of input rows that may be rejected with exit code 0;
@@ -118,9 +182,45 @@ struct RunArgs {
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     max_reject_fraction: f64,
     /// Device memory target; with it the budget is calibrated on the device
-    /// (as `max_segments = "auto"` with `gpu_memory`).
+    /// (as `max_segments = "auto"` with `gpu_memory`) [default: none].
     #[arg(long)]
     gpu_memory: Option<String>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// Where Prometheus metrics go (none by default).
+#[derive(Debug, clap::Args)]
+struct MetricsArgs {
+    /// Write Prometheus metrics to this file, rewritten atomically every few
+    /// seconds and at the end (for node_exporter's textfile collector: name
+    /// it `*.prom` in the collector's directory) [default: none].
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
+    /// Push Prometheus metrics to this Pushgateway (e.g.
+    /// http://pushgateway:9091) every minute and at the end; plain HTTP
+    /// [default: none].
+    #[arg(long, value_name = "URL")]
+    pushgateway: Option<String>,
+    /// The `job` label of pushed metrics; the `pipeline` label is the
+    /// pipeline file's name without `.toml`.
+    #[arg(long, value_name = "NAME", default_value = "segpredict")]
+    pushgateway_job: String,
+}
+
+impl MetricsArgs {
+    fn targets(&self, pipeline: &std::path::Path, shard: ShardSpec) -> metrics::MetricsTargets {
+        metrics::MetricsTargets {
+            file: self.metrics_file.clone(),
+            pushgateway: self.pushgateway.clone(),
+            job: self.pushgateway_job.clone(),
+            pipeline: pipeline
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            shard: shard.is_sharded().then_some(shard),
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -128,24 +228,28 @@ pub fn main() -> ExitCode {
     let cancel = Arc::new(AtomicBool::new(false));
     let signals = crate::signals::install(cancel.clone());
     crate::reader::catch_decoder_panics();
-    init_tracing();
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     let result = signals
         .context("installing the SIGINT/SIGTERM handler")
         .and_then(|()| match cli.command {
-            Command::Run(args) => run(args, cancel),
-            Command::Calibrate(args) => calibrate(args).map(|()| Outcome::Done),
-            Command::Commit(args) => commit(&args.dir),
+            Command::Run(args) => run::run(args, cancel),
+            Command::Calibrate(args) => tools::calibrate(args).map(|()| Outcome::Done),
+            Command::Commit(args) => tools::commit(&args.dir),
+            Command::Check(args) => tools::check(args).map(|()| Outcome::Done),
+            Command::Inspect(args) => tools::inspect(args).map(|()| Outcome::Done),
+            Command::Completions { shell } => tools::completions(shell).map(|()| Outcome::Done),
+            Command::Man => tools::man().map(|()| Outcome::Done),
         });
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(e) => match crate::signals::received() {
             Some(signal) if e.downcast_ref::<pipeline::Interrupted>().is_some() => {
-                eprintln!("segpredict: {e:#}; the output directory is resumable");
+                logging::notice(&format!("{e:#}; the output directory is resumable"));
                 Outcome::Interrupted(signal)
             }
             _ => {
-                eprintln!("segpredict: error: {e:#}");
+                logging::error(&e);
                 Outcome::Failed(classify(&e))
             }
         },
@@ -187,180 +291,4 @@ fn classify(error: &anyhow::Error) -> Failure {
         true => Failure::Permanent,
         false => Failure::Retryable,
     }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SEGPREDICT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Colour codes help a person at a terminal and garble a job's log file.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
-}
-
-fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
-    if let Some(local) = args.local_shards {
-        return run_local_shards(local);
-    }
-    let shard = match (args.shard, args.shards) {
-        (Some(shard), _) => shard,
-        (None, Some(count)) => {
-            let index = std::env::var(COMPLETION_INDEX_VAR).ok();
-            ShardSpec::from_completion_index(count, index.as_deref())?
-        }
-        (None, None) => ShardSpec::WHOLE,
-    };
-    let fraction = args.max_reject_fraction;
-    if !(0.0..=1.0).contains(&fraction) {
-        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
-        return Err(Permanent(e).into());
-    }
-    let config = run_config(args)?;
-    let allocator = worker::configure_allocator(&config.model);
-    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
-    Ok(outcome(end, &config.writers.dir, shard, fraction))
-}
-
-/// The pipeline file with the command line's values applied.
-fn run_config(args: RunArgs) -> Result<PipelineConfig> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
-    config.apply(&Overrides {
-        input: args.input,
-        output: args.output,
-        device: args.device,
-        max_segments: args.max_segments,
-        threads: args.threads,
-    });
-    config.writers.overwrite |= args.overwrite;
-    match args.on_bad_file {
-        Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
-        Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,
-        None => {}
-    }
-    if let Some(target) = args.gpu_memory {
-        config.bucketing.gpu_memory = Some(target);
-        config.auto_budget = true;
-    }
-    Ok(config)
-}
-
-/// How the run ended, as an exit code, said on stderr.
-fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) -> Outcome {
-    match end {
-        RunEnd::AlreadyComplete => {
-            eprintln!(
-                "segpredict: {}: this run is already complete (_SUCCESS); nothing to do",
-                dir.display()
-            );
-            Outcome::Done
-        }
-        RunEnd::ShardAlreadyDone(commit) => {
-            eprintln!("segpredict: shard {shard} was already done");
-            report_commit(dir, &commit, fraction)
-        }
-        RunEnd::Finished { report, commit } => {
-            println!("{}", report.summary());
-            let shard_outcome = match &commit {
-                CommitState::Committed(_) => report_commit(dir, &commit, fraction),
-                CommitState::Waiting(_) => {
-                    report_commit(dir, &commit, fraction);
-                    exit::completed(report.rows_rejected, report.rows_in, fraction)
-                }
-            };
-            if report.skipped_files.is_empty() {
-                return shard_outcome;
-            }
-            eprintln!(
-                "segpredict: {} input file(s) skipped; see {}",
-                report.skipped_files.len(),
-                dir.join("_report.json").display()
-            );
-            Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
-        }
-    }
-}
-
-/// Says what the commit found; the outcome of a committed run.
-fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> Outcome {
-    match commit {
-        CommitState::Committed(totals) => {
-            let outcome = exit::completed(totals.rows_rejected, totals.rows_in, fraction);
-            if totals.rows_rejected > 0 {
-                eprintln!(
-                    "segpredict: {} row(s) rejected; see {}",
-                    totals.rows_rejected,
-                    dir.join("_rejects.parquet").display()
-                );
-            }
-            outcome
-        }
-        CommitState::Waiting(missing) => {
-            eprintln!(
-                "segpredict: this shard is done; the run is committed when {} finish",
-                describe_missing(missing)
-            );
-            Outcome::Done
-        }
-    }
-}
-
-fn describe_missing(missing: &[u32]) -> String {
-    let list: Vec<String> = missing.iter().map(|i| format!("shard {i}")).collect();
-    list.join(", ")
-}
-
-/// `--local-shards`: this program's own arguments, one child per shard.
-fn run_local_shards(local: LocalShards) -> Result<Outcome> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let gpus = if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some_and(|v| v.is_empty()) {
-        0
-    } else {
-        worker::cuda_device_count()
-    };
-    Ok(crate::local_shards::run(local, gpus, &args)?)
-}
-
-/// `segpredict commit DIR`.
-fn commit(dir: &std::path::Path) -> Result<Outcome> {
-    match commit_run(dir)? {
-        CommitState::Committed(Totals {
-            rows_in,
-            rows_out,
-            rows_rejected,
-            ..
-        }) => {
-            println!(
-                "{}: committed: {rows_in} rows in, {rows_out} predicted, {rows_rejected} rejected",
-                dir.display()
-            );
-            Ok(Outcome::Done)
-        }
-        CommitState::Waiting(missing) => Err(anyhow::anyhow!(
-            "{}: cannot commit yet: {} not done",
-            dir.display(),
-            describe_missing(&missing)
-        )),
-    }
-}
-
-fn calibrate(args: CalibrateArgs) -> Result<()> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
-    config.apply(&Overrides {
-        device: args.device,
-        ..Overrides::default()
-    });
-    let allocator = worker::configure_allocator(&config.model);
-    let calibration = pipeline::calibrate(&config, &args.gpu_memory)?;
-    println!(
-        "{}",
-        report::describe_calibration(&calibration, allocator.as_deref())
-    );
-    if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&report::CalibrationReport::from(&calibration))?;
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
 }

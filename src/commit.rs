@@ -13,11 +13,14 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;
 
 use crate::exit::Permanent;
 use crate::message::Finished;
 use crate::writer::checkpoint::{self, ShardDone};
+use crate::writer::done::Committed;
 use crate::writer::manifest::RunManifest;
 use crate::writer::reject_parts::merge_rejects;
 use crate::writer::OutputLayout;
@@ -62,7 +65,7 @@ pub fn commit_run(dir: &Path) -> Result<CommitState> {
         .filter(|c| c.finished == Finished::Rejected)
         .map(|c| c.path.clone())
         .collect();
-    merge_rejects(&rejects, &layout.rejects())?;
+    merge_rejects(&rejects, &layout.rejects(), id_type(&committed)?)?;
     write_report(&layout, &shards, totals)?;
     checkpoint::publish(&layout.success(), b"")?;
     Ok(CommitState::Committed(totals))
@@ -122,6 +125,23 @@ fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) ->
         );
     }
     Ok(totals)
+}
+
+/// The run's id type as its committed files carry it, so `_rejects.parquet`
+/// types the id as the parts do (text for a run that committed nothing).
+fn id_type(committed: &[Committed]) -> Result<DataType> {
+    let Some(first) = committed.first() else {
+        return Ok(DataType::Utf8);
+    };
+    let path = &first.path;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let field = builder
+        .schema()
+        .field_with_name("id")
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(field.data_type().clone())
 }
 
 fn footer_rows(path: &Path) -> Result<u64> {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::bucketing::{default_size_classes, Bucketer};
 use crate::commit::{commit_run, CommitState};
@@ -22,7 +22,9 @@ use crate::config::PipelineConfig;
 use crate::message::{Calibration, Row, ShardSpec};
 use crate::report::{RunFacts, RunReport};
 use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::Worker;
+use crate::worker::{self, Worker};
+use crate::writer::checkpoint::{self, DirState};
+use crate::writer::manifest::RunManifest;
 use attempt::{begin_attempt, finish_shard, run_facts};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
@@ -63,6 +65,50 @@ fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calib
     config.bucketing.max_segments = calibration.max_segments;
     config.bucketing.size_classes = Some(calibration.size_classes.clone());
     Ok(calibration)
+}
+
+/// What `check` found: the run would start.
+#[derive(Debug)]
+pub struct Checked {
+    pub files: usize,
+    pub rows: u64,
+    pub row_groups: usize,
+    /// As users write it: `cpu`, `cuda:0`.
+    pub device: String,
+    pub labels: usize,
+    /// What the run would find in the output directory.
+    pub output: DirState,
+}
+
+/// Everything [`run`] checks before its first row, in its order and with its
+/// errors, and nothing else: bucketing, input files and columns, model and
+/// labels (one tiny forward pass), device, the calibration target, and the
+/// output directory against a run of `shards` shards, left untouched.
+pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
+    Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
+    let plan = config.readers.plan()?;
+    let model = load_worker(config)?;
+    if config.auto_budget {
+        let target = config.bucketing.gpu_memory.as_deref();
+        target
+            .ok_or(CalibrationError::NoTarget)
+            .and_then(parse_size)?;
+        if !model.device().is_cuda() {
+            bail!(CalibrationError::NotCuda);
+        }
+    }
+    config.writers.validate()?;
+    let manifest = RunManifest::new(attempt::fingerprint(config)?, &plan.sources, shards);
+    let output = checkpoint::inspect_dir(&config.writers.dir, &manifest, config.writers.overwrite)?;
+    config.writers.check_writable()?;
+    Ok(Checked {
+        files: plan.sources.len(),
+        rows: plan.total_rows,
+        row_groups: plan.row_groups(),
+        device: worker::device_name(model.device()),
+        labels: model.labels().len(),
+        output,
+    })
 }
 
 /// What a run is asked to do beyond its pipeline file.
@@ -116,7 +162,7 @@ pub fn run(
     tracing::info!(files = plan.sources.len(), rows = shard_rows,
         resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
         shard = %options.shard, attempt = layout.names().attempt,
-        device = ?model.device(), budget = config.bucketing.max_segments, "starting");
+        device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let budget = AtomicUsize::new(Bucketer::<Row>::new(&config.bucketing)?.max_segments());
     let attempt = (layout, resumed, shard_rows);

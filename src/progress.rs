@@ -1,7 +1,6 @@
 //! The progress display: a bar for a person at a terminal, a log line every
-//! half minute for a batch job's log.
+//! half minute for a batch job's log (and for `--log-format json`).
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,25 +14,31 @@ pub fn show_progress(
     done: &AtomicBool,
     cancel: &AtomicBool,
 ) {
-    let bar = std::io::stderr()
-        .is_terminal()
-        .then(|| terminal_bar(total_rows));
+    let bar = crate::logging::draws_progress_bar().then(|| terminal_bar(total_rows));
     let mut last_log = Instant::now();
     while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
         let rows = rows_written.load(Ordering::Relaxed);
+        crate::metrics::note_progress(rows, total_rows);
         match &bar {
             Some(bar) => bar.set_position(rows),
             None if last_log.elapsed() >= LOG_EVERY => {
-                tracing::info!(rows, total_rows, "progress");
+                log_progress(rows, total_rows);
                 last_log = Instant::now();
             }
             None => {}
         }
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
+    match bar {
+        Some(bar) => bar.finish_and_clear(),
+        // The log's last progress line says where the stages ended.
+        None => log_progress(rows_written.load(Ordering::Relaxed), total_rows),
     }
+}
+
+/// Under its own target, which the default filter lets through.
+fn log_progress(rows: u64, total_rows: u64) {
+    tracing::info!(target: crate::logging::PROGRESS_TARGET, rows, total_rows, "progress");
 }
 
 fn terminal_bar(total_rows: u64) -> indicatif::ProgressBar {

@@ -283,6 +283,12 @@ def cmd_bad_values(a, t):
     print(json.dumps(bad))
 
 
+def cmd_int_ids(a, t):
+    """The id column as int64 (1000 + 7 * row), as an integer-keyed table has it."""
+    ids = pa.array([1000 + 7 * r for r in range(t.num_rows)], pa.int64())
+    pq.write_table(replace(t, "id", ids), a.out)
+
+
 def cmd_tags(a, t):
     """Every --every-th row's tags become null (or, with --empty, an empty list)."""
     tags = t.column("tags").combine_chunks()
@@ -322,6 +328,7 @@ COMMANDS = {
     "aoti-metadata": cmd_aoti_metadata,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
+    "int-ids": cmd_int_ids,
     "empty": cmd_empty,
     "take": cmd_take,
 }

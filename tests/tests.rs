@@ -12,6 +12,7 @@
 //!   refused, shards in one directory.
 //! * `faults`: a row the model cannot take, corrupt and truncated files,
 //!   a full disk.
+//! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `tidy`: the architecture's rules, checked on the source text.
@@ -26,6 +27,7 @@ mod errors;
 mod faults;
 mod gpu;
 mod inputs;
+mod ops;
 mod recovery;
 mod resume;
 mod sample;

@@ -57,7 +57,7 @@ pub(super) fn run_facts(
     RunFacts {
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
-        device: format!("{:?}", model.device()),
+        device: crate::worker::device_name(model.device()),
         on_cuda: model.device().is_cuda(),
         model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
         input_files: plan.sources.len(),
@@ -78,7 +78,7 @@ pub(super) fn run_facts(
 }
 
 /// What changes predictions, for `_run.json`.
-fn fingerprint(config: &PipelineConfig) -> Result<Fingerprint> {
+pub(super) fn fingerprint(config: &PipelineConfig) -> Result<Fingerprint> {
     // The worker's own errors for a missing file, before it loads anything.
     let (model, labels) = (&config.model.path, &config.model.labels);
     if !model.is_file() {

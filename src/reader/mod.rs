@@ -11,6 +11,7 @@ mod decode;
 mod discover;
 mod panics;
 mod plan;
+mod survey;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,9 @@ pub use columns::ColumnMapping;
 pub use decode::DecodeError;
 pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
+pub use survey::{
+    column_roles, segment_counts, survey_files, ColumnRole, FileSurvey, SegmentCounts,
+};
 
 use plan::open_builder;
 

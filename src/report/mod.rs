@@ -104,6 +104,14 @@ fn strategy_name<S: serde::Serializer>(s: &BatchingStrategy, out: S) -> Result<S
     })
 }
 
+/// The strategy as a pipeline file writes it (`segment_budget`, `rows`).
+fn strategy_as_written(s: BatchingStrategy) -> &'static str {
+    match s {
+        BatchingStrategy::SegmentBudget => "segment_budget",
+        BatchingStrategy::Rows => "rows",
+    }
+}
+
 /// Seconds each stage spent working (not waiting on its channels), summed
 /// over its threads.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -308,13 +316,13 @@ impl RunReport {
 
     /// `_report.svg`'s text: memory and segments per batch.
     pub fn to_svg(&self) -> Result<String, ReportError> {
-        let strategy = match self.strategy {
-            BatchingStrategy::SegmentBudget => "SegmentBudget",
-            BatchingStrategy::Rows => "Rows",
-        };
         let title = format!(
-            "segpredict: {} rows, {} batches on {} ({}), strategy {strategy}",
-            self.rows_in, self.batches, self.device, self.model_dtype
+            "segpredict: {} rows, {} batches on {} ({}), strategy {}",
+            self.rows_in,
+            self.batches,
+            self.device,
+            self.model_dtype,
+            strategy_as_written(self.strategy)
         );
         plot::svg(&title, &self.batch_records).map_err(ReportError::Plot)
     }

@@ -34,6 +34,16 @@ pub fn cuda_device_count() -> usize {
     }
 }
 
+/// A device as users write it: `cpu`, `cuda:0`.
+pub fn device_name(device: Device) -> String {
+    match device {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(index) => format!("cuda:{index}"),
+        Device::Mps => "mps".into(),
+        Device::Vulkan => "vulkan".into(),
+    }
+}
+
 /// Sets the allocator before anything touches CUDA: libtorch reads
 /// `PYTORCH_ALLOC_CONF` once, at its first device allocation. A value the
 /// user exported wins. Returns the setting in force.

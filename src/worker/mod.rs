@@ -10,6 +10,7 @@ pub mod backend;
 pub mod calibrate;
 mod device;
 mod model;
+mod probe;
 pub mod split;
 mod torch_error;
 
@@ -23,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
 pub use backend::ModelFormat;
-pub use device::{choose_device, configure_allocator, cuda_device_count, set_cudnn_benchmark};
+pub use device::{
+    choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
+};
 use model::Model;
 use split::{split_in_half, unpadded, Split};
 pub use torch_error::TorchError;
@@ -135,12 +138,6 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
-    #[error("model {path} cannot predict these inputs with these labels (checked on one synthetic row at start-up)")]
-    StartupCheck {
-        path: PathBuf,
-        #[source]
-        source: TorchError,
-    },
     #[error("cannot load model {path}: converting to channels-last")]
     ChannelsLast {
         path: PathBuf,
@@ -171,6 +168,16 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
+    #[error("model {path} with labels {labels} ({n_labels} labels): one tiny forward pass failed")]
+    Probe {
+        path: PathBuf,
+        labels: PathBuf,
+        n_labels: usize,
+        // Boxed: two paths and a libtorch error would make every
+        // `WorkerError` large.
+        #[source]
+        source: Box<TorchError>,
+    },
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
     #[error(transparent)]
@@ -184,9 +191,9 @@ impl WorkerError {
     pub fn is_permanent(&self) -> bool {
         match self {
             WorkerError::ModelLoad { source, .. }
-            | WorkerError::StartupCheck { source, .. }
             | WorkerError::ChannelsLast { source, .. }
             | WorkerError::Forward { source, .. } => !source.is_device_failure(),
+            WorkerError::Probe { source, .. } => !source.is_device_failure(),
             WorkerError::NoCuda(_) | WorkerError::Stats(_) => false,
             WorkerError::ModelMissing { .. }
             | WorkerError::Aoti(_)
@@ -285,23 +292,13 @@ impl Worker {
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         };
-        worker
-            .check_on_one_row()
-            .map_err(|source| WorkerError::StartupCheck {
-                path: config.path.clone(),
-                source,
-            })?;
+        worker.probe().map_err(|source| WorkerError::Probe {
+            path: config.path.clone(),
+            labels: config.labels.clone(),
+            n_labels: worker.labels.len(),
+            source: Box::new(source),
+        })?;
         Ok(worker)
-    }
-
-    /// One tiny forward pass before the first row: a labels file shorter
-    /// (or longer) than the model's outputs, or a model that cannot take
-    /// the pipeline's inputs, fails here, in seconds, not at the first
-    /// batch of the night.
-    fn check_on_one_row(&self) -> Result<(), TorchError> {
-        let _no_grad = tch::no_grad_guard();
-        let batch = calibrate::synthetic_batch(&self.inputs, 1);
-        self.model.launch(&batch)?.wait().map(|_| ())
     }
 
     /// Counts the batch records' timestamps from `epoch` (the run's start)

@@ -98,6 +98,63 @@ pub struct ShardDone {
     pub report: serde_json::Value,
 }
 
+/// What a run would find in its output directory, told by [`inspect_dir`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirState {
+    /// No output yet: the run starts from scratch.
+    New,
+    /// An earlier attempt of this very run: the run resumes it.
+    Resumes,
+    /// This very run is complete (`_SUCCESS`): nothing would be done.
+    Complete,
+    /// Other output, replaced because of `overwrite`.
+    Replaced,
+}
+
+impl std::fmt::Display for DirState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DirState::New => "new",
+            DirState::Resumes => "resumes an earlier attempt",
+            DirState::Complete => "already complete",
+            DirState::Replaced => "replaced (--overwrite)",
+        })
+    }
+}
+
+/// The verdict [`prepare`] would reach on `dir`, with its refusals, reached
+/// without creating, clearing or writing anything (`segpredict check`).
+pub fn inspect_dir(
+    dir: &Path,
+    manifest: &RunManifest,
+    overwrite: bool,
+) -> Result<DirState, CheckpointError> {
+    let recorded = match RunManifest::read(dir) {
+        Err(ManifestError::Parse { .. }) if overwrite => return Ok(DirState::Replaced),
+        other => other?,
+    };
+    let Some(recorded) = recorded else {
+        return match our_files(dir)? {
+            ours if ours.is_empty() => Ok(DirState::New),
+            _ if overwrite => Ok(DirState::Replaced),
+            ours => Err(CheckpointError::Unmanaged {
+                dir: dir.to_path_buf(),
+                found: format!("{} files such as {}", ours.len(), file_name(&ours[0])),
+            }),
+        };
+    };
+    let differences = manifest.differences_from(&recorded);
+    match (differences.is_empty(), overwrite) {
+        (true, _) if OutputLayout::new(dir).success().exists() => Ok(DirState::Complete),
+        (true, _) => Ok(DirState::Resumes),
+        (false, true) => Ok(DirState::Replaced),
+        (false, false) => Err(CheckpointError::Refused {
+            dir: dir.to_path_buf(),
+            differences,
+        }),
+    }
+}
+
 /// Decides what this attempt does with `dir`, creating it, refusing another
 /// run's output (unless `overwrite`), and removing this shard's leftovers
 /// (temporary files of a killed attempt). Other shards' files are never

@@ -8,6 +8,7 @@
 //! always whole and durable, and a killed run resumes from what was
 //! committed (`checkpoint.rs`; `_run.json` in `manifest.rs`).
 
+mod check;
 pub mod checkpoint;
 mod committing;
 pub mod done;

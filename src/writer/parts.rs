@@ -23,14 +23,18 @@ pub struct PartWriter {
 
 /// The output's columns: the id as read, the prediction, and where the row
 /// came from, so any order can be restored by sorting.
-pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
-    let id_type = match id_kind {
+/// The Arrow type ids of this kind are written as, in parts and rejects.
+pub fn id_type(id_kind: IdKind) -> DataType {
+    match id_kind {
         IdKind::Str => DataType::Utf8,
         IdKind::Int => DataType::Int64,
         IdKind::UInt => DataType::UInt64,
-    };
+    }
+}
+
+pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new("id", id_type, false),
+        Field::new("id", id_type(id_kind), false),
         Field::new("label", DataType::Utf8, false),
         Field::new("label_id", DataType::Int32, false),
         Field::new("score", DataType::Float32, false),

@@ -6,19 +6,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Int64Array, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::committing::CommittingParquet;
-use super::{durable, Compression, WriterError};
-use crate::message::{Reject, Sources};
+use super::{durable, parts, Compression, WriterError};
+use crate::message::{IdKind, Reject, RowId, Sources};
 
-/// `_rejects.parquet`'s columns.
-pub fn rejects_schema() -> SchemaRef {
+/// `_rejects.parquet`'s columns. The id keeps the type the part files give
+/// it, so rejects join back to the input and the output on it; it is null
+/// where the id could not be read.
+pub fn rejects_schema(id_type: DataType) -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, true),
+        Field::new("id", id_type, true),
         Field::new("source_file", DataType::Utf8, false),
         Field::new("source_row", DataType::Int64, false),
         Field::new("kind", DataType::Utf8, false),
@@ -26,10 +28,37 @@ pub fn rejects_schema() -> SchemaRef {
     ]))
 }
 
+/// The ids of rejects, typed as the input's id column.
+fn id_column(rejects: &[Reject], id_kind: IdKind) -> ArrayRef {
+    let ids = rejects.iter().map(|r| r.id.as_ref());
+    match id_kind {
+        IdKind::Str => Arc::new(
+            ids.map(|id| id.map(|id| id.to_string()))
+                .collect::<StringArray>(),
+        ),
+        // An integer id column yields ids of its own kind only.
+        IdKind::Int => Arc::new(
+            ids.map(|id| match id {
+                Some(RowId::Int(v)) => Some(*v),
+                _ => None,
+            })
+            .collect::<Int64Array>(),
+        ),
+        IdKind::UInt => Arc::new(
+            ids.map(|id| match id {
+                Some(RowId::UInt(v)) => Some(*v),
+                _ => None,
+            })
+            .collect::<UInt64Array>(),
+        ),
+    }
+}
+
 /// Rejects as one record batch of `_rejects.parquet`'s schema.
 fn rejects_batch(
     rejects: &[Reject],
     sources: &Sources,
+    id_kind: IdKind,
 ) -> Result<RecordBatch, arrow::error::ArrowError> {
     let source_name = |r: &Reject| {
         sources
@@ -38,12 +67,7 @@ fn rejects_batch(
             .unwrap_or_default()
     };
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(
-            rejects
-                .iter()
-                .map(|r| r.id.as_ref().map(|id| id.to_string()))
-                .collect::<StringArray>(),
-        ),
+        id_column(rejects, id_kind),
         Arc::new(
             rejects
                 .iter()
@@ -69,27 +93,35 @@ fn rejects_batch(
                 .collect::<StringArray>(),
         ),
     ];
-    RecordBatch::try_new(rejects_schema(), columns)
+    RecordBatch::try_new(rejects_schema(parts::id_type(id_kind)), columns)
 }
 
 /// One writer thread's open rejects file.
 pub struct RejectPart {
     file: CommittingParquet,
+    id_kind: IdKind,
 }
 
 impl RejectPart {
-    pub fn create(temp: PathBuf, final_path: PathBuf) -> Result<Self, WriterError> {
-        let props = super::parts::properties(Compression::Zstd);
+    pub fn create(
+        temp: PathBuf,
+        final_path: PathBuf,
+        id_kind: IdKind,
+    ) -> Result<Self, WriterError> {
+        let props = parts::properties(Compression::Zstd);
+        let schema = rejects_schema(parts::id_type(id_kind));
         Ok(Self {
-            file: CommittingParquet::create(temp, final_path, rejects_schema(), props)?,
+            file: CommittingParquet::create(temp, final_path, schema, props)?,
+            id_kind,
         })
     }
 
     pub fn write(&mut self, rejects: &[Reject], sources: &Sources) -> Result<(), WriterError> {
-        let batch = rejects_batch(rejects, sources).map_err(|source| WriterError::Arrow {
-            path: self.file.temp_path().to_path_buf(),
-            source,
-        })?;
+        let batch =
+            rejects_batch(rejects, sources, self.id_kind).map_err(|source| WriterError::Arrow {
+                path: self.file.temp_path().to_path_buf(),
+                source,
+            })?;
         self.file.write(&batch)
     }
 
@@ -104,12 +136,18 @@ const MERGE_BATCH_ROWS: usize = 16 * 1024;
 /// Concatenates committed rejects files into `dest` (always written, maybe
 /// empty: its presence says the run checked), under a temporary name no
 /// other process uses, so two shards committing at once each write a whole
-/// file. Returns the rows written.
-pub fn merge_rejects(parts: &[PathBuf], dest: &Path) -> Result<u64, WriterError> {
+/// file. `id_type` is the run's id type (the parts carry it too; it types
+/// the file when there are none). Returns the rows written.
+pub fn merge_rejects(
+    reject_parts: &[PathBuf],
+    dest: &Path,
+    id_type: DataType,
+) -> Result<u64, WriterError> {
     let temp = durable::unique_temp_name(dest);
-    let props = super::parts::properties(Compression::Zstd);
-    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), rejects_schema(), props)?;
-    for part in parts {
+    let props = parts::properties(Compression::Zstd);
+    let schema = rejects_schema(id_type);
+    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), schema.clone(), props)?;
+    for part in reject_parts {
         let parquet_error = |source| WriterError::Parquet {
             path: part.clone(),
             source,
@@ -129,7 +167,7 @@ pub fn merge_rejects(parts: &[PathBuf], dest: &Path) -> Result<u64, WriterError>
             // The same columns under the canonical schema, whatever
             // metadata the file's copy of it carries.
             let batch = batch.map_err(arrow_error)?;
-            let batch = RecordBatch::try_new(rejects_schema(), batch.columns().to_vec())
+            let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
                 .map_err(arrow_error)?;
             out.write(&batch)?;
         }
@@ -170,6 +208,7 @@ mod tests {
             let mut part = RejectPart::create(
                 dir.path().join(format!(".rejects-{i}.inprogress")),
                 final_path.clone(),
+                IdKind::Int,
             )
             .unwrap();
             let rejects: Vec<Reject> = rows.iter().map(|&r| reject(i as u32, r)).collect();
@@ -178,21 +217,26 @@ mod tests {
         }
         // An uncommitted part leaves nothing behind.
         let dropped = dir.path().join(".rejects-2.inprogress");
-        let mut part = RejectPart::create(dropped.clone(), dir.path().join("x")).unwrap();
+        let mut part =
+            RejectPart::create(dropped.clone(), dir.path().join("x"), IdKind::Int).unwrap();
         part.write(&[reject(0, 9)], &sources).unwrap();
         drop(part);
         assert!(!dropped.exists());
 
         let dest = dir.path().join("_rejects.parquet");
-        assert_eq!(merge_rejects(&finals, &dest).unwrap(), 4);
+        assert_eq!(merge_rejects(&finals, &dest, DataType::Int64).unwrap(), 4);
         let file = std::fs::File::open(&dest).unwrap();
-        let rows: usize = ParquetRecordBatchReaderBuilder::try_new(file)
-            .unwrap()
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        assert_eq!(
+            builder.schema().field_with_name("id").unwrap().data_type(),
+            &DataType::Int64
+        );
+        let rows: usize = builder
             .build()
             .unwrap()
             .map(|b| b.unwrap().num_rows())
             .sum();
         assert_eq!(rows, 4);
-        assert_eq!(merge_rejects(&[], &dest).unwrap(), 0);
+        assert_eq!(merge_rejects(&[], &dest, DataType::Int64).unwrap(), 0);
     }
 }

@@ -66,8 +66,11 @@ impl Open<'_> {
                 self.rejects_seq += 1;
                 let layout = self.place.layout;
                 let path = layout.rejects_part(self.place.writer_idx, self.rejects_seq);
-                self.rejects
-                    .insert(RejectPart::create(layout.in_progress(&path), path)?)
+                self.rejects.insert(RejectPart::create(
+                    layout.in_progress(&path),
+                    path,
+                    self.schema.id_kind,
+                )?)
             }
         };
         file.write(rejects, &self.schema.sources)?;

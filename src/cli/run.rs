@@ -1,0 +1,151 @@
+//! `segpredict run`: the pipeline file with the command line applied, one
+//! process's shard or several local shard processes, and how the run ended
+//! as an exit code a scheduler can act on.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use super::{BadFile, RunArgs};
+use crate::commit::CommitState;
+use crate::config::{Overrides, PipelineConfig};
+use crate::exit::{self, Outcome, Permanent};
+use crate::local_shards::LocalShards;
+use crate::logging;
+use crate::message::{ShardSpec, COMPLETION_INDEX_VAR};
+use crate::metrics;
+use crate::pipeline::{self, RunEnd, RunOptions};
+use crate::reader::OnBadFile;
+use crate::worker;
+
+pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
+    if let Some(local) = args.local_shards {
+        return run_local_shards(local);
+    }
+    let shard = match (args.shard, args.shards) {
+        (Some(shard), _) => shard,
+        (None, Some(count)) => {
+            let index = std::env::var(COMPLETION_INDEX_VAR).ok();
+            ShardSpec::from_completion_index(count, index.as_deref())?
+        }
+        (None, None) => ShardSpec::WHOLE,
+    };
+    let fraction = args.max_reject_fraction;
+    if !(0.0..=1.0).contains(&fraction) {
+        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
+        return Err(Permanent(e).into());
+    }
+    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline, shard));
+    let config = run_config(args)?;
+    let allocator = worker::configure_allocator(&config.model);
+    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard });
+    if let Some(exporter) = exporter {
+        match &end {
+            Ok(RunEnd::Finished { report, .. }) => exporter.finish(Some(report)),
+            // Nothing was predicted: the last export stays as it was.
+            Ok(_) => exporter.stop(),
+            Err(_) => exporter.finish(None),
+        }
+    }
+    Ok(outcome(end?, &config.writers.dir, shard, fraction))
+}
+
+/// The pipeline file with the command line's values applied.
+fn run_config(args: RunArgs) -> Result<PipelineConfig> {
+    let mut config = PipelineConfig::load(&args.pipeline)?;
+    config.apply(&Overrides {
+        input: args.input,
+        output: args.output,
+        device: args.device,
+        max_segments: args.max_segments,
+        threads: args.threads,
+    });
+    config.writers.overwrite |= args.overwrite;
+    match args.on_bad_file {
+        Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
+        Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,
+        None => {}
+    }
+    if let Some(target) = args.gpu_memory {
+        config.bucketing.gpu_memory = Some(target);
+        config.auto_budget = true;
+    }
+    Ok(config)
+}
+
+/// How the run ended, as an exit code, said on stderr.
+fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) -> Outcome {
+    match end {
+        RunEnd::AlreadyComplete => {
+            logging::notice(&format!(
+                "{}: this run is already complete (_SUCCESS); nothing to do",
+                dir.display()
+            ));
+            Outcome::Done
+        }
+        RunEnd::ShardAlreadyDone(commit) => {
+            logging::notice(&format!("shard {shard} was already done"));
+            report_commit(dir, &commit, fraction)
+        }
+        RunEnd::Finished { report, commit } => {
+            println!("{}", report.summary());
+            let shard_outcome = match &commit {
+                CommitState::Committed(_) => report_commit(dir, &commit, fraction),
+                CommitState::Waiting(_) => {
+                    report_commit(dir, &commit, fraction);
+                    exit::completed(report.rows_rejected, report.rows_in, fraction)
+                }
+            };
+            if report.skipped_files.is_empty() {
+                return shard_outcome;
+            }
+            logging::notice(&format!(
+                "{} input file(s) skipped; see {}",
+                report.skipped_files.len(),
+                dir.join("_report.json").display()
+            ));
+            Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
+        }
+    }
+}
+
+/// Says what the commit found; the outcome of a committed run.
+fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> Outcome {
+    match commit {
+        CommitState::Committed(totals) => {
+            let outcome = exit::completed(totals.rows_rejected, totals.rows_in, fraction);
+            if totals.rows_rejected > 0 {
+                logging::notice(&format!(
+                    "{} row(s) rejected; see {}",
+                    totals.rows_rejected,
+                    dir.join("_rejects.parquet").display()
+                ));
+            }
+            outcome
+        }
+        CommitState::Waiting(missing) => {
+            logging::notice(&format!(
+                "this shard is done; the run is committed when {} finish",
+                describe_missing(missing)
+            ));
+            Outcome::Done
+        }
+    }
+}
+
+pub(super) fn describe_missing(missing: &[u32]) -> String {
+    let list: Vec<String> = missing.iter().map(|i| format!("shard {i}")).collect();
+    list.join(", ")
+}
+
+/// `--local-shards`: this program's own arguments, one child per shard.
+fn run_local_shards(local: LocalShards) -> Result<Outcome> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let gpus = if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some_and(|v| v.is_empty()) {
+        0
+    } else {
+        worker::cuda_device_count()
+    };
+    Ok(crate::local_shards::run(local, gpus, &args)?)
+}

@@ -1,0 +1,520 @@
+//! Prometheus metrics for the systems that watch a nightly job: a text file
+//! for node_exporter's textfile collector (`--metrics-file`) and pushes to a
+//! Pushgateway (`--pushgateway`), both in the text exposition format 0.0.4.
+//!
+//! During a run an exporter thread rewrites the file every few seconds and
+//! pushes every minute with what is known live (rows predicted so far,
+//! throughput); at the end the full set from the run report is written and
+//! pushed once more. A metrics failure is logged, never fails the run: the
+//! predictions matter more than their telemetry.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus::{Counter, CounterVec, Encoder, Gauge, Opts, Registry, TextEncoder};
+
+use crate::message::ShardSpec;
+use crate::report::RunReport;
+
+/// How often the file is rewritten during a run.
+const FILE_EVERY: Duration = Duration::from_secs(5);
+/// How often the Pushgateway is pushed to during a run.
+const PUSH_EVERY: Duration = Duration::from_secs(60);
+/// A push that takes longer is abandoned (and retried at the next one).
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The exporter thread's tick: how soon it notices the run ended.
+const TICK: Duration = Duration::from_millis(250);
+const LAST_SUCCESS: &str = "segpredict_last_success_timestamp_seconds";
+
+/// Where metrics go.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsTargets {
+    pub file: Option<PathBuf>,
+    /// The Pushgateway's base URL, e.g. `http://pushgateway:9091`.
+    pub pushgateway: Option<String>,
+    /// The `job` grouping label of pushes.
+    pub job: String,
+    /// The `pipeline` grouping label of pushes: the pipeline file's stem, so
+    /// two nightly pipelines do not replace each other's metrics.
+    pub pipeline: String,
+    /// A sharded run's shard: a `shard` label on every metric (and a
+    /// grouping label of pushes), so the shards of one night, on one host
+    /// or one Pushgateway, do not overwrite each other.
+    pub shard: Option<ShardSpec>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("building the metrics")]
+    Build(#[from] prometheus::Error),
+    #[error("writing metrics file {path}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pushing metrics to {url}")]
+    Push {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+}
+
+/// Rows known while the run goes on; the progress display keeps them.
+static ROWS_IN: AtomicU64 = AtomicU64::new(0);
+static ROWS_PREDICTED: AtomicU64 = AtomicU64::new(0);
+
+/// Called by the progress display on every tick.
+pub fn note_progress(rows_predicted: u64, rows_in: u64) {
+    ROWS_PREDICTED.store(rows_predicted, Ordering::Relaxed);
+    ROWS_IN.store(rows_in, Ordering::Relaxed);
+}
+
+/// The exporter thread of one run.
+pub struct Exporter {
+    targets: Arc<MetricsTargets>,
+    /// The earlier file's last-success lines, kept until this run succeeds.
+    last_success: Option<String>,
+    started: SystemTime,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporter {
+    /// Starts exporting live metrics; `None` when no target is set.
+    pub fn start(targets: MetricsTargets) -> Option<Self> {
+        if targets.file.is_none() && targets.pushgateway.is_none() {
+            return None;
+        }
+        // Read before the first live write replaces the file.
+        let last_success = targets.file.as_deref().and_then(previous_last_success);
+        let targets = Arc::new(targets);
+        let started = SystemTime::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (targets, stop) = (targets.clone(), stop.clone());
+            let last_success = last_success.clone();
+            std::thread::Builder::new()
+                .name("metrics".into())
+                .spawn(move || export_live(&targets, last_success.as_deref(), started, &stop))
+                .ok()
+        };
+        Some(Self {
+            targets,
+            last_success,
+            started,
+            stop,
+            thread,
+        })
+    }
+
+    /// Stops the live exports and leaves the last one as it is: for a run
+    /// that found nothing to do (already complete).
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops the live exports and exports the run's outcome: the full set
+    /// from `report` on success, the live set marked failed otherwise.
+    pub fn finish(mut self, report: Option<&RunReport>) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let text = match report {
+            Some(report) => final_metrics(&self.targets, report, self.started, SystemTime::now()),
+            None => live_metrics(&self.targets, self.started, false),
+        };
+        let keep = report
+            .is_none()
+            .then_some(self.last_success.as_deref())
+            .flatten();
+        match text {
+            Ok(text) => export(&self.targets, &text, keep, report.is_some()),
+            Err(e) => warn(&e),
+        }
+    }
+}
+
+fn export_live(
+    targets: &MetricsTargets,
+    last_success: Option<&str>,
+    started: SystemTime,
+    stop: &AtomicBool,
+) {
+    let mut last_file: Option<Instant> = None;
+    let mut last_push: Option<Instant> = None;
+    let due = |last: Option<Instant>, every: Duration| last.is_none_or(|t| t.elapsed() >= every);
+    while !stop.load(Ordering::Relaxed) {
+        let file_due = targets.file.is_some() && due(last_file, FILE_EVERY);
+        let push_due = targets.pushgateway.is_some() && due(last_push, PUSH_EVERY);
+        if file_due || push_due {
+            let text = match live_metrics(targets, started, true) {
+                Ok(text) => text,
+                Err(e) => return warn(&e),
+            };
+            if let (true, Some(path)) = (file_due, &targets.file) {
+                report_failure(write_file(path, &text, last_success));
+                last_file = Some(Instant::now());
+            }
+            if let (true, Some(url)) = (push_due, &targets.pushgateway) {
+                report_failure(push(url, targets, &text, false));
+                last_push = Some(Instant::now());
+            }
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// The end of the run: a success replaces the pushed group whole; a failure
+/// only updates its own metrics, so the last success time survives it.
+fn export(targets: &MetricsTargets, text: &str, keep: Option<&str>, success: bool) {
+    if let Some(path) = &targets.file {
+        report_failure(write_file(path, text, keep));
+    }
+    if let Some(url) = &targets.pushgateway {
+        report_failure(push(url, targets, text, success));
+    }
+}
+
+fn report_failure(result: Result<(), MetricsError>) {
+    if let Err(e) = result {
+        warn(&e);
+    }
+}
+
+fn warn(e: &MetricsError) {
+    crate::logging::notice(&format!("metrics: {e}{}", source_chain(e)));
+}
+
+/// The error's sources as `: a: b`, for a one-line notice.
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut text = String::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text += ": ";
+        text += &s.to_string();
+        source = s.source();
+    }
+    text
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The metrics of one export, on their own registry. Counters hold the
+/// run's totals: each run starts from zero, which Prometheus' counter
+/// semantics take as a reset.
+struct Metrics {
+    registry: Registry,
+}
+
+impl Metrics {
+    fn new(targets: &MetricsTargets) -> Result<Self, prometheus::Error> {
+        let labels = targets
+            .shard
+            .map(|shard| HashMap::from([("shard".to_string(), shard.index.to_string())]));
+        Ok(Self {
+            registry: Registry::new_custom(None, labels)?,
+        })
+    }
+
+    /// A `*_total` name is a counter (the run's total), anything else a gauge.
+    fn set(&self, name: &str, help: &str, value: f64) -> Result<(), prometheus::Error> {
+        let opts = Opts::new(name, help);
+        if name.ends_with("_total") {
+            let counter = Counter::with_opts(opts)?;
+            counter.inc_by(value.max(0.0));
+            return self.registry.register(Box::new(counter));
+        }
+        let gauge = Gauge::with_opts(opts)?;
+        gauge.set(value);
+        self.registry.register(Box::new(gauge))
+    }
+
+    /// Counters of one name told apart by `label`.
+    fn set_labelled(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: &[(&str, f64)],
+    ) -> Result<(), prometheus::Error> {
+        let counters = CounterVec::new(Opts::new(name, help), &[label])?;
+        for (key, value) in values {
+            counters.with_label_values(&[*key]).inc_by(value.max(0.0));
+        }
+        self.registry.register(Box::new(counters))
+    }
+
+    fn text(&self) -> Result<String, prometheus::Error> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+fn common(metrics: &Metrics, started: SystemTime, running: bool) -> Result<(), prometheus::Error> {
+    metrics.set(
+        "segpredict_run_start_timestamp_seconds",
+        "When the run started (Unix time).",
+        unix_seconds(started),
+    )?;
+    metrics.set(
+        "segpredict_run_in_progress",
+        "1 while the run goes on, 0 once it ended.",
+        if running { 1.0 } else { 0.0 },
+    )
+}
+
+/// What is known during the run, or after a failed one.
+fn live_metrics(
+    targets: &MetricsTargets,
+    started: SystemTime,
+    running: bool,
+) -> Result<String, MetricsError> {
+    let metrics = Metrics::new(targets)?;
+    common(&metrics, started, running)?;
+    let elapsed = started.elapsed().map_or(0.0, |d| d.as_secs_f64());
+    let predicted = ROWS_PREDICTED.load(Ordering::Relaxed) as f64;
+    metrics.set(
+        "segpredict_rows_in",
+        "Rows in the run's input.",
+        ROWS_IN.load(Ordering::Relaxed) as f64,
+    )?;
+    metrics.set(
+        "segpredict_rows_predicted_total",
+        "Rows predicted and written.",
+        predicted,
+    )?;
+    metrics.set(
+        "segpredict_run_duration_seconds",
+        "Wall time of the run so far.",
+        elapsed,
+    )?;
+    metrics.set(
+        "segpredict_rows_per_second",
+        "Rows predicted per second of wall time.",
+        predicted / elapsed.max(1e-9),
+    )?;
+    if !running {
+        metrics.set(
+            "segpredict_last_run_success",
+            "1 if the last run completed, 0 if it failed.",
+            0.0,
+        )?;
+    }
+    Ok(metrics.text()?)
+}
+
+/// A metric read from a completed run's report; `None` leaves it out (no
+/// device memory on CPU, no budget for the `rows` strategy).
+type FromReport = fn(&RunReport) -> Option<f64>;
+
+/// Name, help and value of every metric a completed run exports, besides
+/// the stage busy times and the timestamps.
+const FROM_REPORT: &[(&str, &str, FromReport)] = &[
+    ("segpredict_rows_in", "Rows in the run's input.", |r| {
+        Some(r.rows_in as f64)
+    }),
+    (
+        "segpredict_rows_predicted_total",
+        "Rows predicted and written.",
+        |r| Some(r.rows_out as f64),
+    ),
+    (
+        "segpredict_rows_rejected_total",
+        "Rows rejected (see _rejects.parquet).",
+        |r| Some(r.rows_rejected as f64),
+    ),
+    ("segpredict_segments_total", "Segments predicted.", |r| {
+        Some(r.segments as f64)
+    }),
+    (
+        "segpredict_padding_segments_total",
+        "Zero segments added to pad batches to size classes.",
+        |r| Some(r.padded_segments.saturating_sub(r.segments) as f64),
+    ),
+    ("segpredict_batches_total", "Forward passes.", |r| {
+        Some(r.batches as f64)
+    }),
+    (
+        "segpredict_oversized_batches_total",
+        "Rows over the budget that ran alone.",
+        |r| Some(r.oversized_batches as f64),
+    ),
+    (
+        "segpredict_oom_retries_total",
+        "Out-of-memory events recovered by splitting a batch.",
+        |r| Some(r.oom_events as f64),
+    ),
+    (
+        "segpredict_budget_segments",
+        "The segment budget at the end of the run.",
+        |r| r.final_max_segments.map(|b| b as f64),
+    ),
+    (
+        "segpredict_gpu_memory_allocated_peak_bytes",
+        "Peak device memory allocated by tensors.",
+        |r| r.memory.as_ref().map(|m| m.peak_allocated_bytes as f64),
+    ),
+    (
+        "segpredict_gpu_memory_reserved_peak_bytes",
+        "Peak device memory reserved by the caching allocator.",
+        |r| r.memory.as_ref().map(|m| m.peak_reserved_bytes as f64),
+    ),
+    (
+        "segpredict_gpu_memory_growth_events_total",
+        "Batches after warm-up whose reserved peak passed every earlier one.",
+        |r| {
+            r.memory
+                .as_ref()
+                .map(|m| m.reserved_growth_events_after_warmup as f64)
+        },
+    ),
+    (
+        "segpredict_run_duration_seconds",
+        "Wall time of the run.",
+        |r| Some(r.wall_s),
+    ),
+    (
+        "segpredict_rows_per_second",
+        "Rows predicted per second of wall time.",
+        |r| Some(r.rows_per_s),
+    ),
+    (
+        "segpredict_segments_per_second",
+        "Segments predicted per second of wall time.",
+        |r| Some(r.segments_per_s),
+    ),
+];
+
+/// The full set, from a completed run's report.
+fn final_metrics(
+    targets: &MetricsTargets,
+    report: &RunReport,
+    started: SystemTime,
+    now: SystemTime,
+) -> Result<String, MetricsError> {
+    let metrics = Metrics::new(targets)?;
+    common(&metrics, started, false)?;
+    for (name, help, value) in FROM_REPORT {
+        if let Some(value) = value(report) {
+            metrics.set(name, help, value)?;
+        }
+    }
+    let busy = &report.busy_s;
+    metrics.set_labelled(
+        "segpredict_stage_busy_seconds_total",
+        "Seconds each stage spent working, summed over its threads.",
+        "stage",
+        &[
+            ("readers", busy.readers),
+            ("bucketing", busy.bucketing),
+            ("model", busy.model),
+            ("writers", busy.writers),
+        ],
+    )?;
+    metrics.set(
+        "segpredict_last_run_success",
+        "1 if the last run completed, 0 if it failed.",
+        1.0,
+    )?;
+    metrics.set(
+        LAST_SUCCESS,
+        "When a run last completed (Unix time).",
+        unix_seconds(now),
+    )?;
+    Ok(metrics.text()?)
+}
+
+/// The last-success lines of an earlier file, so a failed run does not erase
+/// when the job last succeeded.
+fn previous_last_success(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with(LAST_SUCCESS)
+                || l.starts_with(&format!("# HELP {LAST_SUCCESS} "))
+                || l.starts_with(&format!("# TYPE {LAST_SUCCESS} "))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n") + "\n")
+}
+
+/// Written under a temporary name in the same folder, then renamed, so the
+/// collector never reads half a file. Its name does not end in `.prom`, so
+/// the collector ignores it meanwhile.
+fn write_file(path: &Path, text: &str, extra: Option<&str>) -> Result<(), MetricsError> {
+    let file_error = |source| MetricsError::File {
+        path: path.to_path_buf(),
+        source,
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let body = format!("{text}{}", extra.unwrap_or(""));
+    std::fs::write(&temp, body).map_err(file_error)?;
+    std::fs::rename(&temp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        file_error(e)
+    })
+}
+
+/// `PUT` replaces the group's metrics; `POST` replaces only those pushed.
+fn push(
+    base: &str,
+    targets: &MetricsTargets,
+    text: &str,
+    replace: bool,
+) -> Result<(), MetricsError> {
+    let mut url = format!(
+        "{}/metrics/job/{}/pipeline/{}",
+        base.trim_end_matches('/'),
+        path_segment(&targets.job),
+        path_segment(&targets.pipeline)
+    );
+    if let Some(shard) = targets.shard {
+        url.push_str(&format!("/shard/{}", shard.index));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(PUSH_TIMEOUT))
+        .build()
+        .into();
+    let request = if replace {
+        agent.put(&url)
+    } else {
+        agent.post(&url)
+    };
+    request
+        .content_type(TextEncoder::new().format_type())
+        .send(text)
+        .map(|_| ())
+        .map_err(|source| MetricsError::Push {
+            url,
+            source: Box::new(source),
+        })
+}
+
+/// Grouping label values go in the URL path: keep them to safe characters.
+fn path_segment(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,506 @@
+//! The operator's view: `inspect` before a run, `check`, JSON logs and
+//! Prometheus metrics during one.
+
+use std::process::Command;
+
+use crate::util::*;
+
+fn segpredict(args: &[&str]) -> RunResult {
+    let dir = std::env::temp_dir();
+    run_command(Command::new(bin()).args(args), &dir)
+}
+
+/// The block between `[readers.columns]` and the next blank line.
+fn suggested_columns(inspect_stdout: &str) -> String {
+    let start = inspect_stdout
+        .find("[readers.columns]")
+        .unwrap_or_else(|| panic!("no columns block in:\n{inspect_stdout}"));
+    let block = &inspect_stdout[start..];
+    let end = block.find("\n\n").unwrap_or(block.len());
+    block[..end].to_string()
+}
+
+#[test]
+fn inspect_prints_the_histogram_and_the_batch_plan() {
+    let dir = tmp();
+    let pipeline =
+        Pipeline::new(sample(), dir.path().join("out")).write(&dir.path().join("p.toml"));
+    let sample = sample();
+    let result = segpredict(&[
+        "inspect",
+        sample.to_str().unwrap(),
+        "--pipeline",
+        pipeline.to_str().unwrap(),
+    ]);
+    result.expect_code(0);
+    let out = &result.stdout;
+    assert!(out.contains("1 file(s), 2000 rows, 4 row groups"), "{out}");
+    // Log2 bins of segments per row, every row in one of them.
+    assert!(out.contains("segments per row (`segments`)"), "{out}");
+    let binned: u64 = out
+        .lines()
+        .filter(|l| l.trim_end().ends_with('#'))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(binned, 2000, "{out}");
+    assert!(out.contains("        16-31 "), "{out}");
+    // The plan at the pipeline's budget: every row batched, padded shapes named.
+    assert!(
+        out.contains("batch plan (segment_budget, budget 4096 segments"),
+        "{out}"
+    );
+    assert!(out.contains(" 2000 rows, 95266 segments + "), "{out}");
+    assert!(
+        out.contains("padded shapes (segments x batches): 4096 x"),
+        "{out}"
+    );
+    assert!(out.contains("no row is over the budget"), "{out}");
+    // Nothing was written.
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn inspect_names_rows_over_a_small_budget() {
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.max_segments = 1024;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let result = segpredict(&["inspect", "--pipeline", file.to_str().unwrap()]);
+    result.expect_code(0);
+    // The sample has 4 rows of 1024 or more segments, the largest 2500.
+    assert!(
+        result
+            .stdout
+            .contains("row(s) over the budget run alone, the largest 2500 segments"),
+        "{}",
+        result.stdout
+    );
+}
+
+#[test]
+fn inspect_suggested_columns_pasted_into_a_pipeline_run() {
+    let sample = sample();
+    let inspected = segpredict(&["inspect", sample.to_str().unwrap()]);
+    inspected.expect_code(0);
+    let columns = suggested_columns(&inspected.stdout);
+    assert!(columns.contains("shape = [1, 8, 8]"), "{columns}");
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let q = |p: &std::path::Path| toml_string(&p.display().to_string());
+    let text = format!(
+        "[readers]\npath = {}\n\n{columns}\n\n[model]\npath = {}\nlabels = {}\ndevice = \"cpu\"\n\n[writers]\ndir = {}\n",
+        q(&sample),
+        q(&model()),
+        q(&labels()),
+        q(&out)
+    );
+    let file = dir.path().join("pasted.toml");
+    std::fs::write(&file, &text).unwrap();
+    run_file(&file, &[], &out).expect_code(0);
+    assert_eq!(read_output(&out).len(), SAMPLE_ROWS, "{text}");
+}
+
+/// Every stderr line is one JSON object: no colour codes, no redraws.
+fn assert_json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    assert!(!stderr.contains('\u{1b}'), "escape codes in:\n{stderr}");
+    assert!(!stderr.contains('\r'), "carriage returns in:\n{stderr}");
+    stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nall of stderr:\n{stderr}"))
+        })
+        .collect()
+}
+
+#[test]
+fn json_logs_are_json_lines_progress_included() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 300);
+    let result = Pipeline::new(input, dir.path().join("out")).run(&["--log-format", "json"]);
+    result.expect_code(0);
+    let events = assert_json_lines(&result.stderr);
+    let progress: Vec<_> = events
+        .iter()
+        .filter(|e| e["fields"]["message"] == "progress")
+        .collect();
+    let last = progress
+        .last()
+        .unwrap_or_else(|| panic!("no progress line: {}", result.stderr));
+    assert_eq!(last["fields"]["rows"], 300, "{last}");
+    assert_eq!(last["fields"]["total_rows"], 300, "{last}");
+    assert_eq!(last["level"], "INFO");
+}
+
+#[test]
+fn json_logs_carry_the_error_that_ends_the_run() {
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.segments_column = "no_such_column".into();
+    let result = pipeline.run(&["--log-format", "json"]);
+    assert_ne!(result.code, 0, "{}", result.describe());
+    let events = assert_json_lines(&result.stderr);
+    let error = events
+        .iter()
+        .find(|e| e["level"] == "ERROR")
+        .unwrap_or_else(|| panic!("no ERROR event: {}", result.stderr));
+    let text = error["fields"]["error"].as_str().unwrap();
+    assert!(text.contains("no_such_column"), "{error}");
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_command_line_definitions() {
+    let bash = segpredict(&["completions", "bash"]);
+    bash.expect_code(0);
+    assert!(bash.stdout.contains("_segpredict()"), "{}", bash.stdout);
+    assert!(bash.stdout.contains("inspect"), "{}", bash.stdout);
+    for shell in ["zsh", "fish"] {
+        let out = segpredict(&["completions", shell]);
+        out.expect_code(0);
+        assert!(out.stdout.contains("log-format"), "{shell}: {}", out.stdout);
+    }
+    let man = segpredict(&["man"]);
+    man.expect_code(0);
+    assert!(man.stdout.contains(".TH segpredict 1"), "{}", man.stdout);
+    assert!(man.stdout.contains("calibrate"), "{}", man.stdout);
+}
+
+fn check(pipeline: &std::path::Path) -> RunResult {
+    segpredict(&["check", pipeline.to_str().unwrap()])
+}
+
+#[test]
+fn check_passes_a_good_pipeline_and_touches_nothing() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let file = Pipeline::new(sample(), &out).write(&dir.path().join("p.toml"));
+    let result = check(&file);
+    result.expect_code(0);
+    assert!(
+        result
+            .stdout
+            .contains("2000 rows in 4 row groups; model answers 10 labels on cpu"),
+        "{}",
+        result.describe()
+    );
+    assert!(!out.exists(), "check created the output directory");
+}
+
+/// A labels file one line short of the model's 10 outputs: `check` fails as
+/// `run` does, with the same code and the same line, before any output.
+#[test]
+fn check_catches_labels_fewer_than_the_model_outputs() {
+    let dir = tmp();
+    let labels = dir.path().join("short.labels.txt");
+    let nine: Vec<String> = std::fs::read_to_string(crate::util::labels())
+        .unwrap()
+        .lines()
+        .take(9)
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&labels, nine.join("\n")).unwrap();
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(sample(), &out);
+    pipeline.labels = labels;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let checked = check(&file);
+    assert!(
+        checked.stderr.contains("expected [1, 9] (9 labels)"),
+        "{}",
+        checked.describe()
+    );
+    assert!(!out.exists(), "check created the output directory");
+    let ran = run_file(&file, &[], &out);
+    assert_ne!(checked.code, 0, "{}", checked.describe());
+    assert_eq!(
+        checked.code,
+        ran.code,
+        "check:\n{}\nrun:\n{}",
+        checked.describe(),
+        ran.describe()
+    );
+    assert_eq!(checked.stderr, ran.stderr);
+    // run found it before its first row: nothing was written.
+    assert!(part_files(&out).is_empty());
+}
+
+#[test]
+fn check_refuses_earlier_output_as_run_does_and_leaves_it() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("_SUCCESS"), "").unwrap();
+    let file = Pipeline::new(sample(), &out).write(&dir.path().join("p.toml"));
+    let checked = check(&file);
+    let ran = run_file(&file, &[], &out);
+    assert_ne!(checked.code, 0, "{}", checked.describe());
+    assert_eq!(checked.code, ran.code);
+    assert_eq!(checked.stderr, ran.stderr);
+    assert!(out.join("_SUCCESS").exists());
+}
+
+/// Parses Prometheus text with the reference parser (Python's
+/// `prometheus_client`); returns `name{labels} -> value` for every sample.
+fn parse_prometheus(text: &str) -> std::collections::BTreeMap<String, f64> {
+    const PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        print(json.dumps([s.name + ("{" + labels + "}" if labels else ""), s.value]))
+"#;
+    use std::io::Write;
+    let mut child = Command::new(python())
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting Python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "not Prometheus text ({}):\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<(String, f64)>(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn metrics_file_parses_as_prometheus_text_with_the_run_totals() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 300);
+    let file = dir.path().join("segpredict.prom");
+    let pipeline = Pipeline::new(input, dir.path().join("out"));
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    pipeline
+        .run(&["--metrics-file", file.to_str().unwrap()])
+        .expect_code(0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let samples = parse_prometheus(&text);
+    let value = |name: &str| {
+        *samples
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    };
+    assert_eq!(value("segpredict_rows_in"), 300.0);
+    assert_eq!(value("segpredict_rows_predicted_total"), 300.0);
+    assert_eq!(value("segpredict_rows_rejected_total"), 0.0);
+    assert_eq!(value("segpredict_last_run_success"), 1.0);
+    assert_eq!(value("segpredict_run_in_progress"), 0.0);
+    assert!(value("segpredict_batches_total") >= 1.0);
+    assert!(value("segpredict_segments_total") > 300.0);
+    assert!(value("segpredict_last_success_timestamp_seconds") >= before.floor());
+    for stage in ["readers", "bucketing", "model", "writers"] {
+        value(&format!(
+            "segpredict_stage_busy_seconds_total{{stage=\"{stage}\"}}"
+        ));
+    }
+    // The report's numbers, not others.
+    let report = read_report(&dir.path().join("out"));
+    assert_eq!(
+        value("segpredict_batches_total"),
+        report_u64(&report, "batches") as f64
+    );
+    assert_eq!(
+        value("segpredict_segments_total"),
+        report_u64(&report, "segments") as f64
+    );
+    // Written atomically: no temporary file is left beside it.
+    let names: Vec<String> = list_dir(dir.path()).iter().map(|p| file_name(p)).collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+}
+
+#[test]
+fn a_failed_run_marks_the_metrics_file_and_keeps_the_last_success_time() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 100);
+    let file = dir.path().join("segpredict.prom");
+    let metrics = ["--metrics-file", file.to_str().unwrap()];
+    let mut pipeline = Pipeline::new(input, dir.path().join("out"));
+    pipeline.run(&metrics).expect_code(0);
+    let succeeded = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    let last_success = succeeded["segpredict_last_success_timestamp_seconds"];
+    pipeline.model = dir.path().join("no-such-model.pt");
+    pipeline.overwrite = true;
+    let failed = pipeline.run(&metrics);
+    assert_ne!(failed.code, 0, "{}", failed.describe());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let samples = parse_prometheus(&text);
+    assert_eq!(samples["segpredict_last_run_success"], 0.0, "{text}");
+    assert_eq!(
+        samples["segpredict_last_success_timestamp_seconds"], last_success,
+        "{text}"
+    );
+}
+
+/// Debian's `prometheus-pushgateway` (installed by `just setup-system`, which
+/// CI runs), listening on a free loopback port until dropped.
+struct Pushgateway {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Pushgateway {
+    fn start() -> Self {
+        let binary =
+            std::env::var("PUSHGATEWAY_BIN").unwrap_or_else(|_| "prometheus-pushgateway".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("finding a free port")
+            .port();
+        let child = Command::new(&binary)
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--persistence.file=")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting {binary} ({e}): install it with `just setup-system` (apt-get install prometheus-pushgateway)")
+            });
+        let gateway = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        // Ready within 10 s, polled every 100 ms.
+        for _ in 0..100 {
+            if direct()
+                .get(format!("{}/-/ready", gateway.url))
+                .call()
+                .is_ok()
+            {
+                return gateway;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the Pushgateway on {} did not become ready", gateway.url);
+    }
+
+    fn metrics(&self) -> String {
+        direct()
+            .get(format!("{}/metrics", self.url))
+            .call()
+            .expect("reading the Pushgateway's metrics")
+            .body_mut()
+            .read_to_string()
+            .unwrap()
+    }
+}
+
+/// Straight to the loopback gateway, whatever proxy the environment names.
+fn direct() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .proxy(None)
+        .build()
+        .new_agent()
+}
+
+impl Drop for Pushgateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn metrics_pushed_to_a_real_pushgateway_read_back() {
+    let gateway = Pushgateway::start();
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 200);
+    let pipeline = Pipeline::new(input, dir.path().join("nightly"));
+    let file = pipeline.write(&dir.path().join("nightly.toml"));
+    let mut command = Command::new(bin());
+    command
+        .arg("run")
+        .arg(&file)
+        .args(["--pushgateway", &gateway.url])
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1");
+    let result = run_command(&mut command, &dir.path().join("nightly"));
+    result.expect_code(0);
+    assert!(!result.stderr.contains("metrics:"), "{}", result.describe());
+    let samples = parse_prometheus(&gateway.metrics());
+    let grouped = |name: &str| {
+        let key = format!("{name}{{instance=\"\",job=\"segpredict\",pipeline=\"nightly\"}}");
+        *samples
+            .get(&key)
+            .unwrap_or_else(|| panic!("no {key} in {samples:#?}"))
+    };
+    assert_eq!(grouped("segpredict_rows_predicted_total"), 200.0);
+    assert_eq!(grouped("segpredict_rows_in"), 200.0);
+    assert_eq!(grouped("segpredict_last_run_success"), 1.0);
+    assert!(grouped("segpredict_last_success_timestamp_seconds") > 0.0);
+}
+
+/// The Arrow type of column `name` in a Parquet file.
+fn column_type(path: &std::path::Path, name: &str) -> arrow::datatypes::DataType {
+    let file = std::fs::File::open(path).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    builder
+        .schema()
+        .field_with_name(name)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .data_type()
+        .clone()
+}
+
+/// Rejects' `id` has the input's id type, so they join back on it.
+fn rejects_keep_the_id_type(int_ids: bool) {
+    use arrow::datatypes::DataType;
+    let dir = tmp();
+    let bad = dir.path().join("bad.parquet");
+    fixture("bad-values", &sample(), &bad, &["--rows", "300"]);
+    let input = if int_ids {
+        let ints = dir.path().join("bad-int.parquet");
+        fixture("int-ids", &bad, &ints, &[]);
+        ints
+    } else {
+        bad
+    };
+    let expected = if int_ids {
+        DataType::Int64
+    } else {
+        DataType::Utf8
+    };
+    assert_eq!(column_type(&input, "id"), expected);
+    let out = dir.path().join("out");
+    Pipeline::new(&input, &out).run(&[]).expect_code(3);
+    let rejects = out.join("_rejects.parquet");
+    assert_eq!(column_type(&rejects, "id"), expected);
+    assert_eq!(column_type(&part_files(&out)[0], "id"), expected);
+    // The values too: row 40's id, read back as text either way.
+    let ids: Vec<(Option<String>, i64)> = read_rejects(&out)
+        .into_iter()
+        .map(|r| (r.id, r.source_row))
+        .collect();
+    let row_40 = if int_ids {
+        "1280".to_string()
+    } else {
+        read_input(&input)[40].id.clone()
+    };
+    assert!(ids.contains(&(Some(row_40), 40)), "{ids:?}");
+}
+
+#[test]
+fn rejects_keep_integer_ids_as_integers() {
+    rejects_keep_the_id_type(true);
+}
+
+#[test]
+fn rejects_keep_string_ids_as_strings() {
+    rejects_keep_the_id_type(false);
+}
