@@ -371,6 +371,10 @@ fn plan_config(
         bucketing.max_segments = calibration.max_segments;
         bucketing.size_classes = Some(calibration.size_classes.clone());
     }
+    // Padding's default follows the device the run would choose (padded on
+    // CUDA, not on CPU), so the plan is the run's plan on this machine.
+    let on_cuda = crate::worker::choose_device(&config.model.device).is_ok_and(|d| d.is_cuda());
+    bucketing.settle_padding(on_cuda);
     Ok(bucketing)
 }
 
@@ -448,6 +452,38 @@ fn describe_plan(
     Ok(())
 }
 
+/// Padded, the few shapes the device sees; unpadded (the CPU default),
+/// every batch is its own size, so their spread says more than a list.
+fn describe_shapes(bucketing: &BucketingConfig, summary: &PlanSummary, out: &mut String) {
+    if bucketing.pad_to_size_classes == Some(false) {
+        let mut sizes: Vec<usize> = summary
+            .shapes
+            .iter()
+            .flat_map(|(&shape, &n)| std::iter::repeat_n(shape, n as usize))
+            .collect();
+        sizes.sort_unstable();
+        let at = |q: f64| sizes.get(((sizes.len() as f64 - 1.0) * q).round() as usize);
+        if let (Some(min), Some(median), Some(max)) = (at(0.0), at(0.5), at(1.0)) {
+            let _ = writeln!(
+                out,
+                "  batch sizes (unpadded: pad_to_size_classes = false): min {min}, median {median}, max {max} segments"
+            );
+        }
+        return;
+    }
+    let shapes: Vec<String> = summary
+        .shapes
+        .iter()
+        .rev()
+        .map(|(shape, n)| format!("{shape} x{n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  padded shapes (segments x batches): {}",
+        shapes.join(", ")
+    );
+}
+
 fn describe_batches(bucketing: &BucketingConfig, summary: &PlanSummary, out: &mut String) {
     let strategy = match bucketing.strategy {
         BatchingStrategy::SegmentBudget => {
@@ -470,17 +506,7 @@ fn describe_batches(bucketing: &BucketingConfig, summary: &PlanSummary, out: &mu
         padding,
         100.0 * padding as f64 / summary.padded_segments.max(1) as f64
     );
-    let shapes: Vec<String> = summary
-        .shapes
-        .iter()
-        .rev()
-        .map(|(shape, n)| format!("{shape} x{n}"))
-        .collect();
-    let _ = writeln!(
-        out,
-        "  padded shapes (segments x batches): {}",
-        shapes.join(", ")
-    );
+    describe_shapes(bucketing, summary, out);
     let reasons: Vec<String> = summary
         .reasons
         .iter()
@@ -552,6 +578,34 @@ mod tests {
         assert_eq!(summary.segments, 165);
         assert_eq!(summary.oversized, vec![100]);
         assert_eq!(summary.largest_shape(), 100);
+    }
+
+    #[test]
+    fn unpadded_plans_give_the_spread_of_batch_sizes_padded_ones_the_shapes() {
+        let counts = SegmentCounts {
+            counts: vec![30, 30, 30, 10, 5],
+            null_rows: 0,
+        };
+        let describe = |pad| {
+            let mut bucketing = BucketingConfig {
+                max_segments: 64,
+                ..BucketingConfig::default()
+            };
+            bucketing.settle_padding(pad);
+            let mut out = String::new();
+            describe_shapes(
+                &bucketing,
+                &plan(&bucketing, std::slice::from_ref(&counts)).unwrap(),
+                &mut out,
+            );
+            out
+        };
+        assert!(
+            describe(false).contains("min 5, median 30, max 60 segments"),
+            "{}",
+            describe(false)
+        );
+        assert!(describe(true).contains("padded shapes (segments x batches): 64 x"));
     }
 
     #[test]

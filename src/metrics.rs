@@ -518,3 +518,24 @@ fn path_segment(value: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sharded_run_labels_every_metric_with_its_shard() {
+        let targets = MetricsTargets {
+            shard: Some(ShardSpec::new(2, 4).unwrap()),
+            ..MetricsTargets::default()
+        };
+        let text = live_metrics(&targets, SystemTime::now(), true).unwrap();
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(!samples.is_empty());
+        for sample in samples {
+            assert!(sample.contains("shard=\"2\""), "{sample}");
+        }
+        let whole = live_metrics(&MetricsTargets::default(), SystemTime::now(), true).unwrap();
+        assert!(!whole.contains("shard="), "{whole}");
+    }
+}

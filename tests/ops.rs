@@ -239,6 +239,47 @@ fn check_refuses_earlier_output_as_run_does_and_leaves_it() {
     assert!(out.join("_SUCCESS").exists());
 }
 
+#[test]
+fn check_gives_the_runs_verdict_on_a_finished_run_and_on_another_model() {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let input = sample_subset(dir.path(), "in.parquet", 40);
+    let pipeline = Pipeline::new(&input, &out);
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    run_file(&file, &[], &out).expect_code(0);
+
+    let finished = check(&file);
+    finished.expect_code(0);
+    assert!(
+        finished.stdout.contains("(already complete)"),
+        "{}",
+        finished.describe()
+    );
+
+    // The same labels in another order: another label map for the same model.
+    let labels = dir.path().join("reordered.labels.txt");
+    let mut lines: Vec<String> = std::fs::read_to_string(crate::util::labels())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.reverse();
+    std::fs::write(&labels, lines.join("\n") + "\n").unwrap();
+    let other = Pipeline { labels, ..pipeline }.write(&dir.path().join("other.toml"));
+    let before = std::fs::read_dir(&out).unwrap().count();
+    let checked = check(&other);
+    let ran = run_file(&other, &[], &out);
+    checked.expect_code(2);
+    assert_eq!(ran.code, 2, "{}", ran.describe());
+    assert!(
+        checked.stderr.contains("label map differs"),
+        "{}",
+        checked.describe()
+    );
+    assert_eq!(checked.stderr, ran.stderr);
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), before);
+}
+
 /// Parses Prometheus text with the reference parser (Python's
 /// `prometheus_client`); returns `name{labels} -> value` for every sample.
 fn parse_prometheus(text: &str) -> std::collections::BTreeMap<String, f64> {

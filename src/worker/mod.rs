@@ -168,7 +168,7 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
-    #[error("model {path} with labels {labels} ({n_labels} labels): one tiny forward pass failed")]
+    #[error("model {path} with labels {labels} ({n_labels} labels): the check at start-up (one tiny forward pass) failed")]
     Probe {
         path: PathBuf,
         labels: PathBuf,
