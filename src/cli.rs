@@ -211,7 +211,7 @@ struct MetricsArgs {
 impl MetricsArgs {
     fn targets(&self, pipeline: &std::path::Path, shard: ShardSpec) -> metrics::MetricsTargets {
         metrics::MetricsTargets {
-            file: self.metrics_file.clone(),
+            file: self.metrics_file.as_deref().map(|f| shard_file(f, shard)),
             pushgateway: self.pushgateway.clone(),
             job: self.pushgateway_job.clone(),
             pipeline: pipeline
@@ -221,6 +221,20 @@ impl MetricsArgs {
             shard: shard.is_sharded().then_some(shard),
         }
     }
+}
+
+/// A sharded run's metrics file: `NAME.shard-I.EXT`, so the local shards of
+/// one host (`--local-shards`) do not overwrite each other's file.
+fn shard_file(file: &std::path::Path, shard: ShardSpec) -> PathBuf {
+    if !shard.is_sharded() {
+        return file.to_path_buf();
+    }
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}.shard-{}.{}", shard.index, ext.to_string_lossy()),
+        None => format!("{stem}.shard-{}", shard.index),
+    };
+    file.with_file_name(name)
 }
 
 pub fn main() -> ExitCode {
@@ -290,5 +304,20 @@ fn classify(error: &anyhow::Error) -> Failure {
     match permanent {
         true => Failure::Permanent,
         false => Failure::Retryable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_shard_writes_its_own_metrics_file() {
+        let file = std::path::Path::new("/m/segpredict.prom");
+        assert_eq!(shard_file(file, ShardSpec::WHOLE), file);
+        assert_eq!(
+            shard_file(file, ShardSpec::new(1, 2).unwrap()),
+            std::path::Path::new("/m/segpredict.shard-1.prom")
+        );
     }
 }

@@ -545,3 +545,21 @@ fn rejects_keep_integer_ids_as_integers() {
 fn rejects_keep_string_ids_as_strings() {
     rejects_keep_the_id_type(false);
 }
+
+/// The container image's run stage holds the binary and the wheel's
+/// `torch/lib` at the path it was built against, and no `LD_LIBRARY_PATH`:
+/// the binary must find libtorch by its runpath alone.
+#[test]
+fn the_binary_finds_libtorch_without_ld_library_path() {
+    let output = Command::new(bin())
+        .arg("--version")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("segpredict "));
+}
