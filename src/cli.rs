@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, Overrides, PipelineConfig};
 use crate::exit::{Failure, Outcome, Permanent};
 use crate::local_shards::{LocalShards, LocalShardsError};
 use crate::logging::{self, LogFormat};
@@ -69,8 +69,10 @@ enum Command {
     Man,
 }
 
+/// The pipeline file and the values the command line overrides in it,
+/// shared by `run` and `check` so both read the same configuration.
 #[derive(Debug, clap::Args)]
-struct CheckArgs {
+struct PipelineArgs {
     /// The pipeline file (TOML).
     pipeline: PathBuf,
     /// Input file, directory or glob [default: [readers] path in the pipeline file]
@@ -85,9 +87,34 @@ struct CheckArgs {
     /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
     #[arg(long)]
     max_segments: Option<usize>,
-    /// As `run --overwrite`: another run's output would be replaced.
+    /// Replace another run's output in the output directory (the same
+    /// run's output is resumed, never replaced) [default: [writers]
+    /// overwrite in the pipeline file, else off].
     #[arg(long)]
     overwrite: bool,
+}
+
+impl PipelineArgs {
+    /// The pipeline file with these values applied (`threads`: `run`'s
+    /// reader and writer threads).
+    fn load(self, threads: Option<usize>) -> anyhow::Result<PipelineConfig> {
+        let mut config = PipelineConfig::load(&self.pipeline)?;
+        config.apply(&Overrides {
+            input: self.input,
+            output: self.output,
+            device: self.device,
+            max_segments: self.max_segments,
+            threads,
+        });
+        config.writers.overwrite |= self.overwrite;
+        Ok(config)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    pipeline: PipelineArgs,
     /// The number of shards the run will have (`run --shards N` or
     /// `--shard I/N`): the output directory is checked against it.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -136,29 +163,12 @@ struct CalibrateArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// The pipeline file (TOML).
-    pipeline: PathBuf,
-    /// Input file, directory or glob [default: [readers] path in the pipeline file]
-    #[arg(long)]
-    input: Option<PathBuf>,
-    /// Output directory [default: [writers] dir in the pipeline file]
-    #[arg(long)]
-    output: Option<PathBuf>,
-    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
-    #[arg(long)]
-    device: Option<String>,
-    /// Segment budget per batch [default: [bucketing] max_segments in the pipeline file]
-    #[arg(long)]
-    max_segments: Option<usize>,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
     /// Reader and writer threads [default: [readers] threads and [writers]
     /// threads in the pipeline file].
     #[arg(long)]
     threads: Option<usize>,
-    /// Replace another run's output in the output directory (the same
-    /// run's output is resumed, never replaced) [default: [writers]
-    /// overwrite in the pipeline file, else off].
-    #[arg(long)]
-    overwrite: bool,
     /// Predict shard I of N (0-based) of the input; all shards write into
     /// one directory and the last one to finish commits the run.
     #[arg(long, value_name = "I/N", conflicts_with_all = ["shards", "local_shards"])]

@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use super::{BadFile, RunArgs};
 use crate::commit::CommitState;
-use crate::config::{Overrides, PipelineConfig};
+use crate::config::PipelineConfig;
 use crate::exit::{self, Outcome, Permanent};
 use crate::local_shards::LocalShards;
 use crate::logging;
@@ -36,7 +36,7 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
         return Err(Permanent(e).into());
     }
-    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline, shard));
+    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline.pipeline, shard));
     let config = run_config(args)?;
     let allocator = worker::configure_allocator(&config.model);
     let end = pipeline::run(&config, allocator, cancel, RunOptions { shard });
@@ -53,15 +53,7 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
 
 /// The pipeline file with the command line's values applied.
 fn run_config(args: RunArgs) -> Result<PipelineConfig> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
-    config.apply(&Overrides {
-        input: args.input,
-        output: args.output,
-        device: args.device,
-        max_segments: args.max_segments,
-        threads: args.threads,
-    });
-    config.writers.overwrite |= args.overwrite;
+    let mut config = args.pipeline.load(args.threads)?;
     match args.on_bad_file {
         Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
         Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,

@@ -13,15 +13,7 @@ use crate::exit::Outcome;
 use crate::{pipeline, report, worker};
 
 pub(super) fn check(args: CheckArgs) -> Result<()> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
-    config.apply(&Overrides {
-        input: args.input,
-        output: args.output,
-        device: args.device,
-        max_segments: args.max_segments,
-        threads: None,
-    });
-    config.writers.overwrite |= args.overwrite;
+    let config = args.pipeline.load(None)?;
     worker::configure_allocator(&config.model);
     let checked = pipeline::check(&config, args.shards)?;
     println!(
