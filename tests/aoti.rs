@@ -2,9 +2,7 @@
 //! package of digits-small, and each start-up refusal as one line naming the
 //! file and the problem.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::util::*;
 
@@ -12,55 +10,6 @@ use crate::util::*;
 /// for CPU by `tools/make_models.py --aoti` (`just models-aoti`).
 fn package() -> PathBuf {
     repo().join("models/digits-small.pt2")
-}
-
-/// label, label id and score by id, from the Python reference on the
-/// TorchScript model.
-fn reference_predictions(dir: &Path) -> HashMap<String, (String, i32, f32)> {
-    let out = dir.join("reference.parquet");
-    let run = Command::new(python())
-        .arg(repo().join("tools/reference_predict.py"))
-        .arg("--model")
-        .arg(model())
-        .arg("--labels")
-        .arg(labels())
-        .arg("--input")
-        .arg(sample())
-        .arg("--output")
-        .arg(&out)
-        .output()
-        .expect("running tools/reference_predict.py");
-    assert!(
-        run.status.success(),
-        "reference_predict.py failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let mut rows = HashMap::new();
-    for batch in read_batches(&out).unwrap() {
-        let ids = arrow::compute::cast(
-            batch.column_by_name("id").unwrap(),
-            &arrow::datatypes::DataType::Utf8,
-        )
-        .unwrap();
-        let ids = arrow::array::AsArray::as_string::<i32>(&ids);
-        let labels =
-            arrow::array::AsArray::as_string::<i32>(batch.column_by_name("label").unwrap());
-        let label_ids = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int32Type>(
-            batch.column_by_name("label_id").unwrap(),
-        );
-        let scores = arrow::array::AsArray::as_primitive::<arrow::datatypes::Float32Type>(
-            batch.column_by_name("score").unwrap(),
-        );
-        for i in 0..batch.num_rows() {
-            let row = (
-                labels.value(i).to_string(),
-                label_ids.value(i),
-                scores.value(i),
-            );
-            rows.insert(ids.value(i).to_string(), row);
-        }
-    }
-    rows
 }
 
 #[test]
@@ -73,22 +22,10 @@ fn package_predicts_the_sample_like_torchscript_and_the_python_reference() {
     let output = run_clean(&pipeline, &ids_of(&input));
     assert_eq!(output.len(), SAMPLE_ROWS);
 
-    let reference = reference_predictions(dir.path());
+    let reference_out = dir.path().join("reference.parquet");
+    let reference = finish_reference(start_reference(&reference_out), &reference_out);
     assert_eq!(reference.len(), SAMPLE_ROWS);
-    let differ: Vec<String> = output
-        .iter()
-        .filter(|row| {
-            let (label, label_id, score) = &reference[&row.id];
-            &row.label != label || row.label_id != *label_id || (row.score - score).abs() > 1e-4
-        })
-        .map(|row| format!("{row:?} vs reference {:?}", reference[&row.id]))
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "{} row(s) differ from the Python reference, e.g. {:?}",
-        differ.len(),
-        &differ[..differ.len().min(5)]
-    );
+    assert_matches_reference(&output, &reference);
     // The same binary with the TorchScript model.
     assert_same_predictions_as_baseline(&output);
 }

@@ -11,29 +11,9 @@ fn sample_matches_python_reference() {
     let dir = tmp();
     let reference_out = dir.path().join("reference.parquet");
     // The reference runs while the baseline run does.
-    let reference = Command::new(python())
-        .arg(repo().join("tools/reference_predict.py"))
-        .arg("--model")
-        .arg(model())
-        .arg("--labels")
-        .arg(labels())
-        .arg("--input")
-        .arg(sample())
-        .arg("--output")
-        .arg(&reference_out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting tools/reference_predict.py");
+    let reference = start_reference(&reference_out);
     let baseline = good_baseline();
-    let reference = reference
-        .wait_with_output()
-        .expect("waiting for the reference");
-    assert!(
-        reference.status.success(),
-        "reference_predict.py failed: {}",
-        String::from_utf8_lossy(&reference.stderr)
-    );
+    let reference = finish_reference(reference, &reference_out);
 
     // Every input id exactly once, from the right row of the right file.
     let input = read_input(&sample());
@@ -64,50 +44,8 @@ fn sample_matches_python_reference() {
     }
 
     // Same label as the reference on every row, scores within 1e-4.
-    let mut reference_rows: HashMap<String, (String, i32, f32)> = HashMap::new();
-    for batch in read_batches(&reference_out).unwrap() {
-        let ids = arrow::compute::cast(
-            batch.column_by_name("id").unwrap(),
-            &arrow::datatypes::DataType::Utf8,
-        )
-        .unwrap();
-        let ids = arrow::array::AsArray::as_string::<i32>(&ids);
-        let labels =
-            arrow::array::AsArray::as_string::<i32>(batch.column_by_name("label").unwrap());
-        let label_ids = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int32Type>(
-            batch.column_by_name("label_id").unwrap(),
-        );
-        let scores = arrow::array::AsArray::as_primitive::<arrow::datatypes::Float32Type>(
-            batch.column_by_name("score").unwrap(),
-        );
-        for i in 0..batch.num_rows() {
-            reference_rows.insert(
-                ids.value(i).to_string(),
-                (
-                    labels.value(i).to_string(),
-                    label_ids.value(i),
-                    scores.value(i),
-                ),
-            );
-        }
-    }
-    assert_eq!(reference_rows.len(), SAMPLE_ROWS);
-    let mut differ = Vec::new();
-    for row in &baseline.output {
-        let (label, label_id, score) = &reference_rows[&row.id];
-        if &row.label != label || row.label_id != *label_id || (row.score - score).abs() > 1e-4 {
-            differ.push(format!(
-                "{}: {} {} {} vs reference {label} {label_id} {score}",
-                row.id, row.label, row.label_id, row.score
-            ));
-        }
-    }
-    assert!(
-        differ.is_empty(),
-        "{} row(s) differ from the reference, e.g. {:?}",
-        differ.len(),
-        &differ[..differ.len().min(5)]
-    );
+    assert_eq!(reference.len(), SAMPLE_ROWS);
+    assert_matches_reference(&baseline.output, &reference);
 
     // Item accuracy against the sample's true labels.
     let truth: HashMap<&str, &str> = input

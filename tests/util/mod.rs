@@ -3,6 +3,9 @@
 
 #![allow(dead_code)] // each test module uses a different subset
 
+mod reference;
+pub use reference::*;
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
