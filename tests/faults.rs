@@ -61,6 +61,22 @@ fn a_flipped_byte_in_a_checksummed_page_is_exit_2_naming_file_and_row_group() {
     assert!(!dir.path().join("out/_SUCCESS").exists());
 }
 
+#[test]
+fn a_corrupt_dictionary_page_is_an_error_naming_file_and_row_group_not_a_panic() {
+    let dir = tmp();
+    let input = dir.path().join("corrupt-dict.parquet");
+    // Row group 0's segment indices point past the dictionary's end: the
+    // parquet crate panics decoding them ("range start index ... out of
+    // range"), which must become this file's and row group's error.
+    fixture("corrupt-dict", &sample(), &input, &["--rows", "300"]);
+    let run = Pipeline::new(&input, dir.path().join("out")).run(&[]);
+    let line = permanent_error(&run);
+    assert!(line.contains("corrupt-dict.parquet"), "{line}");
+    assert!(line.contains("row group 0"), "{line}");
+    assert!(line.contains("out of range"), "the cause: {line}");
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+}
+
 /// Three good files and one truncated one in a directory.
 fn three_good_and_one_truncated(dir: &Path) -> (PathBuf, Vec<InputRow>) {
     let input = dir.join("in");
