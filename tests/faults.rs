@@ -138,6 +138,19 @@ fn a_truncated_file_fails_the_run_naming_it_or_is_skipped_when_asked() {
         "{report}"
     );
     assert!(!skipped[0]["reason"].as_str().unwrap().is_empty());
+    // The skipped file is in the rejects too: one bad_file row with its
+    // path and the same reason, no id and no row; it is not an input row,
+    // so rows_rejected (and the accounting) leave it out.
+    let bad_files = read_bad_files(out);
+    assert_eq!(bad_files.len(), 1, "{bad_files:?}");
+    assert_eq!(
+        bad_files[0].source_file,
+        skipped[0]["path"].as_str().unwrap()
+    );
+    assert_eq!(bad_files[0].reason, skipped[0]["reason"].as_str().unwrap());
+    assert_eq!(bad_files[0].id, None);
+    assert_eq!(report_u64(&report, "rows_rejected"), 0);
+    assert_eq!(report_u64(&report, "rows_in"), good_rows.len() as u64);
 }
 
 /// A small tmpfs mounted for one test (the tests run as root, as CI does),
@@ -218,4 +231,49 @@ fn a_labels_file_shorter_than_the_models_outputs_fails_at_start_up() {
     assert!(line.contains("start-up"), "{line}");
     assert!(line.contains("5 labels"), "{line}");
     assert!(part_files(&dir.path().join("out")).is_empty());
+}
+
+/// Rejected rows of the smaller run; the larger has ten times as many.
+/// Held in memory until the end, rejects cost about 160 bytes each (id,
+/// file, reason): the 900,000 more of the larger run would add ~140 MiB.
+/// Fewer would drown in the noise of a process that holds libtorch; more
+/// would cost CI time (the two runs and their fixtures take ~10 s here).
+const FEW_REJECTS: usize = 100_000;
+
+/// The most peak host memory ten times the rejects may add: bounded
+/// buffers (a row group of rejects, a decoded record batch), not the
+/// rejects themselves. RSS of two runs of one input differs by a few MiB.
+const REJECTS_RSS_ALLOWANCE: u64 = 40 << 20;
+
+#[test]
+fn host_memory_does_not_grow_with_the_number_of_rejects() {
+    let dir = tmp();
+    // Compare N and 10N rejects rather than none and N: both runs then do
+    // the same kinds of work (the rejects writer, its commits, the merge),
+    // so what differs is only how many rejects passed through.
+    let peak_rss = |rejects: usize| {
+        let input = dir.path().join(format!("rejects-{rejects}.parquet"));
+        let extra = rejects.to_string();
+        fixture(
+            "many-rejects",
+            &sample(),
+            &input,
+            &["--rows", "300", "--extra", &extra],
+        );
+        let run = Pipeline::new(&input, dir.path().join(format!("out-{rejects}"))).run(&[]);
+        run.expect_code(3);
+        let report = read_report(&run.out_dir);
+        assert_eq!(report_u64(&report, "rows_out"), 300);
+        assert_eq!(report_u64(&report, "rows_rejected"), rejects as u64);
+        report_u64(&report, "peak_rss_bytes")
+    };
+    let with_few = peak_rss(FEW_REJECTS);
+    let with_many = peak_rss(10 * FEW_REJECTS);
+    assert!(
+        with_many <= with_few + REJECTS_RSS_ALLOWANCE,
+        "peak RSS {} MiB with {} rejects, {} MiB with {FEW_REJECTS}",
+        with_many >> 20,
+        10 * FEW_REJECTS,
+        with_few >> 20
+    );
 }
