@@ -16,6 +16,9 @@ use arrow::datatypes::{DataType, Float32Type, Int32Type, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
 
+mod interrupt;
+pub use interrupt::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {
