@@ -286,6 +286,40 @@ mod tests {
     }
 
     #[test]
+    fn a_million_batches_keep_the_summaries_at_their_size() {
+        // Eight padded shapes and a reserved peak that settles after
+        // warm-up, as a long CUDA night looks: nothing kept per batch.
+        let (mut track, mut totals, mut sample) = (
+            MemoryTrack::default(),
+            BatchTotals::default(),
+            PlotSample::default(),
+        );
+        for seq in 0..1_000_000u64 {
+            let mut r = record(seq, 1.0 + (seq % 97) as f64);
+            r.padded_segments = 256 << (seq % 8);
+            r.memory = Some(MemoryStats {
+                allocated: 1,
+                allocated_peak: 2,
+                reserved: 3,
+                reserved_peak: (seq.min(20) as i64) << 21,
+                inactive_split: 0,
+                alloc_retries: 0,
+                ooms: 0,
+                device_free: 0,
+                device_total: 1 << 40,
+            });
+            track.add(&r);
+            totals.add(&r);
+            sample.add(&r);
+        }
+        assert_eq!((track.batches, totals.batches), (1_000_000, 1_000_000));
+        assert_eq!(track.shapes.len(), 8);
+        assert_eq!(track.reserved_highs_at.len(), 20);
+        assert!(sample.points.len() <= PLOT_POINTS);
+        assert_eq!(totals.wall_ms_histogram.counts.len(), HISTOGRAM_BUCKETS + 1);
+    }
+
+    #[test]
     fn the_plot_sample_stays_bounded_and_evenly_spaced() {
         let mut sample = PlotSample::default();
         let n = 10 * PLOT_POINTS as u64 + 7;
