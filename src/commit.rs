@@ -1,6 +1,7 @@
 //! Committing a run: once every shard's done marker is there, check every
 //! shard's accounting against the manifest and the committed files, merge
-//! the rejects into `_rejects.parquet`, write `_report.json`, and write
+//! the rejects into `_rejects.parquet` and every shard's and attempt's
+//! batch records into `_batches.parquet`, write `_report.json`, and write
 //! `_SUCCESS` last. The shard that finishes last does this, and so does
 //! `segpredict commit DIR` by hand.
 //!
@@ -18,7 +19,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;
 
 use crate::exit::Permanent;
-use crate::message::Finished;
+use crate::message::{Finished, SkippedFile};
+use crate::writer::batch_parts::merge_batches;
 use crate::writer::checkpoint::{self, ShardDone};
 use crate::writer::done::Committed;
 use crate::writer::manifest::RunManifest;
@@ -65,10 +67,32 @@ pub fn commit_run(dir: &Path) -> Result<CommitState> {
         .filter(|c| c.finished == Finished::Rejected)
         .map(|c| c.path.clone())
         .collect();
-    merge_rejects(&rejects, &layout.rejects(), id_type(&committed)?)?;
+    // Every shard planned the same input files, so skipped the same ones.
+    let skipped = skipped_files(&shards)?;
+    merge_rejects(&rejects, &layout.rejects(), id_type(&committed)?, &skipped)?;
+    let batch_files = checkpoint::committed_batch_files(dir, None)?;
+    merge_batches(&batch_files, &layout.batches())?;
     write_report(&layout, &shards, totals)?;
     checkpoint::publish(&layout.success(), b"")?;
     Ok(CommitState::Committed(totals))
+}
+
+/// The input files the run left out (`on_bad_file = "skip"`), as the first
+/// shard's report lists them. They become `bad_file` rows of
+/// `_rejects.parquet` but are not counted in `rows_rejected`: a skipped
+/// file is not in `_run.json`'s inputs, so its rows (which a truncated file
+/// cannot even count) are not rows of the run; the accounting below checks
+/// the input rows against the committed parts and rejects files, which
+/// hold no `bad_file` rows.
+fn skipped_files(shards: &[ShardDone]) -> Result<Vec<SkippedFile>> {
+    let Some(first) = shards.first() else {
+        return Ok(Vec::new());
+    };
+    match &first.report["skipped_files"] {
+        serde_json::Value::Null => Ok(Vec::new()),
+        listed => serde_json::from_value(listed.clone())
+            .with_context(|| format!("reading shard {}'s skipped files", first.shard)),
+    }
 }
 
 /// Every shard's rows add up, the shards cover the input, and the committed
@@ -163,6 +187,8 @@ fn write_report(layout: &OutputLayout, shards: &[ShardDone], totals: Totals) -> 
             "rows_rejected": totals.rows_rejected,
             "rows_resumed": totals.rows_resumed,
             "attempts": totals.attempts,
+            "batches": shards.iter().filter_map(|s| s.report["batches"].as_u64()).sum::<u64>(),
+            "batches_file": layout.batches().file_name().map(|n| n.to_string_lossy().into_owned()),
             "skipped_files": shards.first().map(|s| s.report["skipped_files"].clone()),
             "shards": shards.iter().map(|s| s.report.clone()).collect::<Vec<_>>(),
         }),

@@ -29,9 +29,11 @@ impl std::fmt::Display for IdKind {
     }
 }
 
+mod batches;
 mod done;
 mod shard;
 
+pub use batches::{BatchTotals, LogHistogram, MemoryTrack, PlotSample};
 pub use done::{DoneError, DoneSet, Duplicate, Finished, OutOfRange};
 pub use shard::{deal_units, ShardError, ShardSpec, COMPLETION_INDEX_VAR};
 
@@ -77,7 +79,7 @@ impl InputFile {
 pub type Sources = Arc<Vec<InputFile>>;
 
 /// An input file the run left out (`[readers] on_bad_file = "skip"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SkippedFile {
     pub path: std::path::PathBuf,
     /// Why, as one line.
@@ -208,6 +210,10 @@ pub enum RejectKind {
     ModelError,
     /// More segments than `[bucketing] max_segments_per_row` allows.
     TooManySegments,
+    /// A whole input file left out (`on_bad_file = "skip"`): one row per
+    /// file in `_rejects.parquet`, with no `source_row`. Not an input row:
+    /// a file that cannot be read has no rows the run could count.
+    BadFile,
 }
 
 impl RejectKind {
@@ -224,6 +230,7 @@ impl RejectKind {
             RejectKind::OomSingleRow => "oom_single_row",
             RejectKind::ModelError => "model_error",
             RejectKind::TooManySegments => "too_many_segments",
+            RejectKind::BadFile => "bad_file",
         }
     }
 }
@@ -318,6 +325,22 @@ impl FlushReason {
             FlushReason::Calibration => "calibration",
         }
     }
+
+    /// The reason [`Self::as_str`] names, as batch files store it.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            FlushReason::BudgetReached,
+            FlushReason::RowCapReached,
+            FlushReason::MemoryBound,
+            FlushReason::EndOfInput,
+            FlushReason::Oversized,
+            FlushReason::OomSplit,
+            FlushReason::OomUnpadded,
+            FlushReason::Calibration,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
 }
 
 /// Bucketing -> model worker: a batch whose segments are concatenated in row
@@ -349,6 +372,8 @@ pub struct Predictions {
 pub enum WriterMsg {
     Predictions(Predictions),
     Rejects(Vec<Reject>),
+    /// What one forward pass measured, for the run's batch files.
+    Batch(BatchRecord),
 }
 
 // What each stage reports when it ends: the run report is assembled from
@@ -391,8 +416,11 @@ pub struct MemoryStats {
     pub device_total: i64,
 }
 
-/// What the model worker measured of one forward pass.
-#[derive(Debug, Clone)]
+/// What the model worker measured of one forward pass. Records are not
+/// kept: each goes to the writers' batch files (`_batches.parquet` once
+/// the run is committed), and the worker keeps only [`BatchTotals`],
+/// [`MemoryTrack`] and a [`PlotSample`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct BatchRecord {
     pub seq: u64,
     pub rows: usize,
@@ -419,10 +447,13 @@ pub struct BatchRecord {
     pub memory: Option<MemoryStats>,
 }
 
-/// What the model worker reports when it ends.
+/// What the model worker reports when it ends: its batches summed, not
+/// listed (they are in the batch files).
 #[derive(Debug, Default)]
 pub struct WorkerReport {
-    pub batches: Vec<BatchRecord>,
+    pub batches: BatchTotals,
+    pub memory: MemoryTrack,
+    pub plot: PlotSample,
     pub oom_events: u64,
     /// Time queueing batches and waiting for their answers.
     pub busy: std::time::Duration,
@@ -437,6 +468,8 @@ pub struct WriterReport {
     pub files: Vec<std::path::PathBuf>,
     pub rejects: u64,
     pub reject_kinds: std::collections::HashMap<RejectKind, u64>,
+    /// Batch records it wrote to its batch files.
+    pub batch_records: u64,
     pub busy: std::time::Duration,
 }
 

@@ -147,7 +147,7 @@ pub fn run(
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
     let mut plan = config.readers.plan()?;
-    let (layout, resumed, shard_rows) = match begin_attempt(config, &mut plan, options)? {
+    let (layout, resumed, shard_rows, earlier) = match begin_attempt(config, &mut plan, options)? {
         Ok(attempt) => attempt,
         Err(end) => return Ok(end),
     };
@@ -165,7 +165,7 @@ pub fn run(
         device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let budget = AtomicUsize::new(Bucketer::<Row>::new(&config.bucketing)?.max_segments());
-    let attempt = (layout, resumed, shard_rows);
+    let attempt = (layout, resumed, shard_rows, earlier);
     let facts = run_facts(
         &config,
         &plan,

@@ -182,9 +182,7 @@ fn package_runs_batches_of_one_row() {
     }
     assert_same_predictions_as_baseline(&output);
     let report = read_report(out);
-    let one_row_batches = report["batch_records"]
-        .as_array()
-        .unwrap()
+    let one_row_batches = read_batch_records(out)
         .iter()
         .filter(|b| b["rows"] == 1)
         .count();

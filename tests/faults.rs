@@ -61,6 +61,22 @@ fn a_flipped_byte_in_a_checksummed_page_is_exit_2_naming_file_and_row_group() {
     assert!(!dir.path().join("out/_SUCCESS").exists());
 }
 
+#[test]
+fn a_corrupt_dictionary_page_is_an_error_naming_file_and_row_group_not_a_panic() {
+    let dir = tmp();
+    let input = dir.path().join("corrupt-dict.parquet");
+    // Row group 0's segment indices point past the dictionary's end: the
+    // parquet crate panics decoding them ("range start index ... out of
+    // range"), which must become this file's and row group's error.
+    fixture("corrupt-dict", &sample(), &input, &["--rows", "300"]);
+    let run = Pipeline::new(&input, dir.path().join("out")).run(&[]);
+    let line = permanent_error(&run);
+    assert!(line.contains("corrupt-dict.parquet"), "{line}");
+    assert!(line.contains("row group 0"), "{line}");
+    assert!(line.contains("out of range"), "the cause: {line}");
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+}
+
 /// Three good files and one truncated one in a directory.
 fn three_good_and_one_truncated(dir: &Path) -> (PathBuf, Vec<InputRow>) {
     let input = dir.join("in");
@@ -122,6 +138,19 @@ fn a_truncated_file_fails_the_run_naming_it_or_is_skipped_when_asked() {
         "{report}"
     );
     assert!(!skipped[0]["reason"].as_str().unwrap().is_empty());
+    // The skipped file is in the rejects too: one bad_file row with its
+    // path and the same reason, no id and no row; it is not an input row,
+    // so rows_rejected (and the accounting) leave it out.
+    let bad_files = read_bad_files(out);
+    assert_eq!(bad_files.len(), 1, "{bad_files:?}");
+    assert_eq!(
+        bad_files[0].source_file,
+        skipped[0]["path"].as_str().unwrap()
+    );
+    assert_eq!(bad_files[0].reason, skipped[0]["reason"].as_str().unwrap());
+    assert_eq!(bad_files[0].id, None);
+    assert_eq!(report_u64(&report, "rows_rejected"), 0);
+    assert_eq!(report_u64(&report, "rows_in"), good_rows.len() as u64);
 }
 
 /// A small tmpfs mounted for one test (the tests run as root, as CI does),
@@ -202,4 +231,52 @@ fn a_labels_file_shorter_than_the_models_outputs_fails_at_start_up() {
     assert!(line.contains("start-up"), "{line}");
     assert!(line.contains("5 labels"), "{line}");
     assert!(part_files(&dir.path().join("out")).is_empty());
+}
+
+/// Rejected rows of the smaller run; the larger has ten times as many.
+/// Held in memory until the end, rejects cost about 160 bytes each (id,
+/// file, reason): the 2.7 million more of the larger run would add ~400
+/// MiB. Peak RSS of one input varies by up to 40 MiB between runs (libtorch,
+/// allocator arenas), so fewer rejects would not stand out of that noise;
+/// more would cost CI time (the two runs and their fixtures take ~12 s
+/// here). Measured streamed: 300,000 and 3,000,000 rejects peak within
+/// the noise of each other (about 630 MiB).
+const FEW_REJECTS: usize = 300_000;
+
+/// The most peak host memory ten times the rejects may add: bounded
+/// buffers (a 64k-row row group of rejects, decoded record batches, the
+/// channels), not the rejects themselves, plus the run-to-run noise.
+const REJECTS_RSS_ALLOWANCE: u64 = 96 << 20;
+
+#[test]
+fn host_memory_does_not_grow_with_the_number_of_rejects() {
+    let dir = tmp();
+    // Compare N and 10N rejects rather than none and N: both runs then do
+    // the same kinds of work (the rejects writer, its commits, the merge),
+    // so what differs is only how many rejects passed through.
+    let peak_rss = |rejects: usize| {
+        let input = dir.path().join(format!("rejects-{rejects}.parquet"));
+        let extra = rejects.to_string();
+        fixture(
+            "many-rejects",
+            &sample(),
+            &input,
+            &["--rows", "300", "--extra", &extra],
+        );
+        let run = Pipeline::new(&input, dir.path().join(format!("out-{rejects}"))).run(&[]);
+        run.expect_code(3);
+        let report = read_report(&run.out_dir);
+        assert_eq!(report_u64(&report, "rows_out"), 300);
+        assert_eq!(report_u64(&report, "rows_rejected"), rejects as u64);
+        report_u64(&report, "peak_rss_bytes")
+    };
+    let with_few = peak_rss(FEW_REJECTS);
+    let with_many = peak_rss(10 * FEW_REJECTS);
+    assert!(
+        with_many <= with_few + REJECTS_RSS_ALLOWANCE,
+        "peak RSS {} MiB with {} rejects, {} MiB with {FEW_REJECTS}",
+        with_many >> 20,
+        10 * FEW_REJECTS,
+        with_few >> 20
+    );
 }

@@ -219,6 +219,53 @@ def cmd_flip_byte(a, t):
     Path(a.out).write_bytes(bytes(data))
 
 
+def column_chunk(path, name):
+    """(start, end) byte range of the first row group's chunk of column `name`."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    for i in range(meta.num_columns):
+        c = meta.column(i)
+        if c.path_in_schema == name:
+            start = c.dictionary_page_offset or c.data_page_offset
+            return start, start + c.total_compressed_size
+    raise SystemExit(f"no column {name}")
+
+
+def overwrite(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def cmd_corrupt_dict(a, t):
+    """The segments (fixed_len_byte_array(64)) dictionary-encoded, uncompressed,
+    in row groups of 100; the last 16 bytes of row group 0's segments data page
+    (dictionary indices) become 0xFF: indices past the dictionary's end."""
+    pq.write_table(t, a.out, row_group_size=100, compression="none",
+                   use_dictionary=["segments.list.element"], data_page_version="1.0")
+    meta = pq.ParquetFile(a.out).metadata.row_group(0)
+    encodings = [meta.column(i).encodings for i in range(meta.num_columns)
+                 if meta.column(i).path_in_schema == "segments.list.element"][0]
+    assert "RLE_DICTIONARY" in encodings, encodings
+    _, end = column_chunk(a.out, "segments.list.element")
+    overwrite(a.out, end - 16, b"\xff" * 16)
+
+
+def cmd_many_rejects(a, t):
+    """The rows of IN, then --extra rows whose segments are null (each is
+    rejected as null_segments), ids `reject-NNNNNNN`; row groups of 65,536."""
+    n = a.extra
+    extra = pa.table(
+        {
+            "id": pa.array([f"reject-{k:07d}" for k in range(n)], t.schema.field("id").type),
+            "segments": pa.nulls(n, t.schema.field("segments").type),
+            "tags": pa.nulls(n, t.schema.field("tags").type),
+            "true_label": pa.nulls(n, t.schema.field("true_label").type),
+        },
+        schema=t.schema,
+    )
+    pq.write_table(pa.concat_tables([t, extra]), a.out, row_group_size=65536)
+
+
 def cmd_truncated(a, t):
     """The file cut in half, as an interrupted copy leaves it."""
     pq.write_table(t, a.out)
@@ -325,6 +372,8 @@ COMMANDS = {
     "bad-tag": cmd_bad_tag,
     "flip-byte": cmd_flip_byte,
     "truncated": cmd_truncated,
+    "corrupt-dict": cmd_corrupt_dict,
+    "many-rejects": cmd_many_rejects,
     "aoti-metadata": cmd_aoti_metadata,
     "bad-values": cmd_bad_values,
     "tags": cmd_tags,
@@ -348,6 +397,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     ap.add_argument("--short-vec-row", type=int)
     ap.add_argument("--tag", type=int, default=100000)
+    ap.add_argument("--extra", type=int, default=0, help="many-rejects: rows to add")
     ap.add_argument("--set", default="", help="aoti-metadata: KEY=VALUE[,KEY=VALUE...]")
     a = ap.parse_args()
     models = ("wrapper-model", "other-model", "aoti-metadata")

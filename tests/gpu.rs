@@ -38,7 +38,7 @@ fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
         memory["peak_reserved_bytes"].as_i64().unwrap_or(0) > 0,
         "{report}"
     );
-    for record in report["batch_records"].as_array().expect("batch records") {
+    for record in read_batch_records(&out) {
         let m = &record["memory"];
         assert!(
             m["reserved_peak"].as_i64().unwrap_or(0) >= m["allocated_peak"].as_i64().unwrap_or(0)

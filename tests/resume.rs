@@ -3,85 +3,18 @@
 //! what was not committed; a finished run is left alone; another run's
 //! output is refused naming the difference; shards share one directory.
 //!
-//! Runs here are slowed (tiny batches, so thousands of forward passes) and
-//! commit every 0.2 s, so that a kill lands mid-run after some commits. Kill
-//! moments are random; the seed is printed and `SEGPREDICT_TEST_SEED`
-//! replays it.
+//! Runs here are slowed (`util::slowed`: tiny batches, so thousands of
+//! forward passes) and commit every 0.2 s, so that a kill lands mid-run
+//! after some commits. Kill moments are random; the seed is printed and
+//! `SEGPREDICT_TEST_SEED` replays it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-
-/// A run slowed to a few seconds on CPU that commits often.
-fn slowed(input: &Path, out: &Path) -> Pipeline {
-    let mut p = Pipeline::new(input, out);
-    p.max_segments = 64;
-    p.max_rows = 16;
-    p.batch_rows = 16;
-    p.rows_per_file = Some(60);
-    p.writers_extra.push("commit_every_s = 0.2".into());
-    p
-}
-
-fn spawn(pipeline_file: &Path, args: &[&str]) -> Child {
-    quiet_env(Command::new(bin()).arg("run").arg(pipeline_file).args(args))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting segpredict")
-}
-
-/// SIGKILLs `child` once `ready` holds or `deadline` passes, whichever is
-/// first; returns whether it was still running when killed.
-fn kill_when(child: &mut Child, deadline: Instant, ready: impl Fn() -> bool) -> bool {
-    while Instant::now() < deadline && !ready() {
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let running = child.try_wait().unwrap().is_none();
-    child.kill().ok();
-    child.wait().unwrap();
-    running
-}
-
-/// Rows in the committed part and rejects files of an output directory.
-fn committed_rows(out: &Path) -> usize {
-    let mut files = part_files(out);
-    files.extend(
-        list_dir(&out.join("_progress"))
-            .into_iter()
-            .filter(|p| file_name(p).starts_with("rejects-") && file_name(p).ends_with(".parquet")),
-    );
-    files
-        .iter()
-        .map(|f| {
-            read_batches(f)
-                .unwrap_or_else(|e| panic!("a committed file is not whole: {e}"))
-                .iter()
-                .map(|b| b.num_rows())
-                .sum::<usize>()
-        })
-        .sum()
-}
-
-/// Temporary files anywhere under `out`.
-fn temporary_files(out: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    for folder in [out.to_path_buf(), out.join("_progress")] {
-        for p in list_dir(&folder) {
-            if file_name(&p).ends_with(".inprogress") {
-                found.push(p.display().to_string());
-            }
-        }
-    }
-    found
-}
 
 /// A deterministic pseudo-random sequence (SplitMix64), seeded per test run.
 struct Moments(u64);
@@ -111,58 +44,13 @@ impl Moments {
     }
 }
 
-/// Label ids and scores of an output, by id.
-fn predictions(output: &[OutRow]) -> HashMap<String, (i32, f32)> {
-    by_id(output)
-        .into_iter()
-        .map(|(id, r)| (id.to_string(), (r.label_id, r.score)))
-        .collect()
-}
-
-fn assert_same_predictions(output: &[OutRow], reference: &HashMap<String, (i32, f32)>) {
-    let got = predictions(output);
-    assert_eq!(got.len(), reference.len(), "row counts differ");
-    for (id, (label_id, score)) in reference {
-        let (l, s) = got[id];
-        assert!(
-            l == *label_id && (s - score).abs() <= 1e-4,
-            "id {id}: label_id {l} score {s}, uninterrupted {label_id} {score}"
-        );
-    }
-}
-
-/// The checks every completed run of `input` must pass: exit 0, each id
-/// once, the reference's predictions, `_SUCCESS`, no temporary file.
-fn assert_complete(run: &RunResult, ids: &[String], reference: &HashMap<String, (i32, f32)>) {
-    run.expect_code(0);
-    let out = &run.out_dir;
-    let output = read_output(out);
-    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(out));
-    assert_same_predictions(&output, reference);
-    assert!(
-        out.join("_SUCCESS").is_file(),
-        "no _SUCCESS: {}",
-        run.describe()
-    );
-    assert!(
-        temporary_files(out).is_empty(),
-        "{:?}",
-        temporary_files(out)
-    );
-}
-
 #[test]
 fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
     let dir = tmp();
     let input = sample_subset(dir.path(), "in.parquet", 600);
-    let ids = ids_of(&read_input(&input));
-    let reference_out = dir.path().join("reference");
     let started = Instant::now();
-    let reference_run = slowed(&input, &reference_out).run(&[]);
+    let reference = Reference::of(&slowed(&input, &dir.path().join("reference")), &input);
     let duration = started.elapsed();
-    reference_run.expect_code(0);
-    let reference = predictions(&read_output(&reference_out));
-    assert_eq!(reference.len(), ids.len());
 
     let mut moments = Moments::seeded();
     let mut resumed_trials = 0;
@@ -178,7 +66,7 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
             let mut child = spawn(&file, &[]);
             let after = duration.mul_f64(0.1 + 0.8 * moments.next());
             let deadline = Instant::now() + if trial == 5 { duration * 2 } else { after };
-            let wait_for_commit = || trial == 5 && !part_files(&out).is_empty();
+            let wait_for_commit = || trial == 5 && has_part(&out, "part-");
             let killed = kill_when(&mut child, deadline, wait_for_commit);
             committed_at_kill = committed_rows(&out);
             eprintln!(
@@ -193,7 +81,7 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
             false => committed_at_kill,
         };
         let rerun = run_file(&file, &[], &out);
-        assert_complete(&rerun, &ids, &reference);
+        reference.assert_complete(&rerun);
         let report = read_report(&out);
         let resumed = report_u64(&report, "rows_resumed") as usize;
         assert_eq!(
@@ -307,11 +195,7 @@ fn three_shards_one_killed_and_rerun_give_one_processs_output() {
         &input,
         &["--rows", "360", "--row-group-size", "20"],
     );
-    let ids = ids_of(&read_input(&input));
-    let single = dir.path().join("single");
-    slowed(&input, &single).run(&[]).expect_code(0);
-    let reference = predictions(&read_output(&single));
-
+    let reference = Reference::of(&slowed(&input, &dir.path().join("single")), &input);
     let out = dir.path().join("sharded");
     let file = slowed(&input, &out).write(&dir.path().join("sharded.toml"));
     let mut shards: Vec<Child> = (0..3)
@@ -320,9 +204,7 @@ fn three_shards_one_killed_and_rerun_give_one_processs_output() {
     // Shard 1 is killed as soon as it has committed a part.
     let deadline = Instant::now() + Duration::from_secs(60);
     let killed = kill_when(&mut shards[1], deadline, || {
-        part_files(&out)
-            .iter()
-            .any(|p| file_name(p).starts_with("part-s001of003-"))
+        has_part(&out, "part-s001of003-")
     });
     assert!(killed, "shard 1 finished before it could be killed");
     for (i, shard) in shards.into_iter().enumerate() {
@@ -341,7 +223,7 @@ fn three_shards_one_killed_and_rerun_give_one_processs_output() {
         "_SUCCESS written while shard 1 is not done"
     );
     let rerun = run_file(&file, &["--shard", "1/3"], &out);
-    assert_complete(&rerun, &ids, &reference);
+    reference.assert_complete(&rerun);
     let report = read_report(&out);
     assert_eq!(report_u64(&report, "rows_in"), 360, "{report}");
     assert!(report_u64(&report, "rows_resumed") > 0, "{report}");
@@ -357,13 +239,10 @@ fn local_shards_on_cpu_give_one_processs_output() {
         &input,
         &["--rows", "200", "--row-group-size", "25"],
     );
-    let ids = ids_of(&read_input(&input));
-    let single = dir.path().join("single");
-    Pipeline::new(&input, &single).run(&[]).expect_code(0);
-    let reference = predictions(&read_output(&single));
+    let reference = Reference::of(&Pipeline::new(&input, dir.path().join("single")), &input);
     let out = dir.path().join("local");
     let run = Pipeline::new(&input, &out).run(&["--local-shards", "2"]);
-    assert_complete(&run, &ids, &reference);
+    reference.assert_complete(&run);
     let parts: Vec<String> = part_files(&out).iter().map(|p| file_name(p)).collect();
     for shard in ["s000of002", "s001of002"] {
         assert!(
@@ -406,12 +285,8 @@ fn sigterm_exits_143_and_the_rerun_resumes() {
     let file = slowed(&input, &out).write(&dir.path().join("p.toml"));
     let mut child = spawn(&file, &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline
-        && part_files(&out).is_empty()
-        && child.try_wait().unwrap().is_none()
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let running = wait_until(&mut child, deadline, || has_part(&out, "part-"));
+    assert!(running, "the run ended before its first commit");
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -432,8 +307,12 @@ fn sigterm_exits_143_and_the_rerun_resumes() {
     rerun.expect_code(0);
     let output = read_output(&out);
     assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
-    assert_eq!(
-        report_u64(&read_report(&out), "rows_resumed") as usize,
-        committed
-    );
+    let report = read_report(&out);
+    assert_eq!(report_u64(&report, "rows_resumed") as usize, committed);
+    // A signal lets the writers commit what they hold, batch records
+    // included: the report's batches are both attempts', all in
+    // _batches.parquet.
+    let records = read_batch_records(&out);
+    assert_eq!(record_attempts(&records), [1, 2].into());
+    assert_eq!(records.len() as u64, report_u64(&report, "batches"));
 }

@@ -91,7 +91,9 @@ fn sample_matches_python_reference() {
         report["channels_last"], true,
         "channels-last is the default for a model with 4-D weights, on CPU too"
     );
-    let records = report["batch_records"].as_array().expect("batch_records");
+    assert_eq!(report["batches_file"], "_batches.parquet");
+    assert!(baseline.files.iter().any(|f| f == "_batches.parquet"));
+    let records = &baseline.batch_records;
     assert_eq!(records.len() as u64, report_u64(report, "batches"));
     for record in records {
         assert!(
@@ -148,7 +150,7 @@ fn row_over_budget_is_predicted_alone_not_rejected() {
     let report = read_report(&dir.path().join("out"));
     assert_eq!(report_u64(&report, "max_segments"), 256);
     assert_eq!(report_u64(&report, "oversized_batches"), big);
-    let records = report["batch_records"].as_array().unwrap();
+    let records = read_batch_records(&dir.path().join("out"));
     let mut oversized = 0;
     for record in records {
         let segments = record["segments"].as_u64().unwrap();
@@ -207,7 +209,7 @@ fn cli_overrides_input_output_and_max_segments() {
     }
     let report = read_report(&out);
     assert_eq!(report_u64(&report, "max_segments"), 128);
-    for record in report["batch_records"].as_array().unwrap() {
+    for record in read_batch_records(&out) {
         if record["flush_reason"] != "oversized" {
             assert!(
                 record["padded_segments"].as_u64().unwrap() <= 128,

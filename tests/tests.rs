@@ -10,14 +10,17 @@
 //! * `deploy`: the Kubernetes manifests, validated and run as their pods.
 //! * `resume`: killed runs resumed, finished runs left alone, other runs
 //!   refused, shards in one directory.
-//! * `faults`: a row the model cannot take, corrupt and truncated files,
-//!   a full disk.
+//! * `faults`: a row the model cannot take, corrupt and truncated files
+//!   (a corrupt dictionary page, a flipped checksummed byte), a full disk,
+//!   host memory flat with ten times the rejects.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `tidy`: the architecture's rules, checked on the source text.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
+//! `util` runs the binary and reads what it writes; `util/interrupt.rs`
+//! holds the slowed runs that `resume` kills and reruns.
 
 mod util;
 

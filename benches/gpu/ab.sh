@@ -32,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
     t0=$(date +%s.%N)
     "$(realpath "$bin")" run "$cfg" --input "$WORK/input.parquet" --output "$WORK/$name" --overwrite > "$RUNS/$name-$round.log" 2>&1 || echo "!! $name exit $?"
     echo "$t0 $(date +%s.%N)" > "$RUNS/$name-$round.ext"
-    cp "$WORK/$name/_report.json" "$RUNS/$name-$round.json"
+    $PY "$HERE/report_with_batches.py" "$WORK/$name" "$RUNS/$name-$round.json"
     echo "$name: $(grep -E 'segments/s' "$RUNS/$name-$round.log" | head -1)"
   done
 done

@@ -53,7 +53,7 @@ segpredict() { # NAME
   "$BIN" run "$WORK/seed-budget.toml" --input "$WORK/input.parquet" --output "$WORK/$1" --overwrite > "$RUNS/$1.log" 2>&1
   local rc=$?; t1=$(stamp); echo "$t0 $t1" > "$RUNS/$1.ext"
   grep -E "segments/s|GPU busy" "$RUNS/$1.log" | head -3; [ $rc -eq 0 ] || { echo "!! $1 exit $rc"; tail -5 "$RUNS/$1.log"; }
-  cp "$WORK/$1/_report.json" "$RUNS/$1.json" 2>/dev/null && check_ids "$1" "$WORK/$1"
+  [ -f "$WORK/$1/_report.json" ] && $PY "$HERE/report_with_batches.py" "$WORK/$1" "$RUNS/$1.json" && check_ids "$1" "$WORK/$1"
 }
 baseline() { # NAME ARGS...
   local name=$1 t0 t1; shift; t0=$(stamp)

@@ -66,7 +66,7 @@ segpredict_case() { # NAME PIPELINE OUTDIR [ARGS...]
   local name=$1 pipeline=$2 dir=$3; shift 3
   wanted "$name" || return 0
   run_case "$name" "$BIN" run "$pipeline" --input "$WORK/input.parquet" --output "$dir" --device "$DEVICE" "$@"
-  if [ -f "$dir/_report.json" ]; then cp "$dir/_report.json" "$RUNS/$name.json"; check_ids "$name" "$dir"; fi
+  if [ -f "$dir/_report.json" ]; then $PY $P/report_with_batches.py "$dir" "$RUNS/$name.json"; check_ids "$name" "$dir"; fi
 }
 segpredict_case segpredict-budget $P/seed-budget.toml "$WORK/sp-budget"
 segpredict_case segpredict-budget-cudnn-benchmark $P/seed-budget-cudnn.toml "$WORK/sp-budget-cudnn"

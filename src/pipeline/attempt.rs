@@ -9,19 +9,20 @@ use anyhow::{bail, Context, Result};
 use super::{RunEnd, RunOptions};
 use crate::commit::commit_run;
 use crate::config::PipelineConfig;
-use crate::message::Calibration;
+use crate::message::{BatchTotals, Calibration};
 use crate::reader::ReadPlan;
 use crate::report::{RunFacts, RunReport, StageReports};
 use crate::worker::{Worker, WorkerError};
+use crate::writer::batch_parts::add_batch_files;
 use crate::writer::checkpoint::{self, ShardDone, Start};
 use crate::writer::done::scan_committed;
 use crate::writer::manifest::{sha256_file, Fingerprint, RunManifest};
 use crate::writer::OutputLayout;
 
 /// This attempt's layout, the rows earlier attempts committed (predicted,
-/// rejected) and the rows of this shard; or how the run ends at once
-/// (already complete, this shard already done).
-pub(super) type Attempt = (OutputLayout, (u64, u64), u64);
+/// rejected), the rows of this shard and the batches earlier attempts ran;
+/// or how the run ends at once (already complete, this shard already done).
+pub(super) type Attempt = (OutputLayout, (u64, u64), u64, BatchTotals);
 
 /// Writes or checks `_run.json`, takes the checkpoint's verdict, and keeps
 /// the plan to this shard's rows not yet committed.
@@ -41,7 +42,26 @@ pub(super) fn begin_attempt(
     let done = scan_committed(&committed, &manifest.input_rows())?;
     let resumed = (done.predicted(), done.rejected());
     let shard_rows = plan.select(options.shard, Arc::new(done));
-    Ok(Ok((layout, resumed, shard_rows)))
+    let earlier_batches = earlier_batches(&layout)?;
+    Ok(Ok((layout, resumed, shard_rows, earlier_batches)))
+}
+
+/// The batches this shard's earlier attempts committed, summed from their
+/// batch files a record batch at a time (this attempt's own are summed as
+/// they run).
+fn earlier_batches(layout: &OutputLayout) -> Result<BatchTotals> {
+    let this_attempt = layout.batches_prefix();
+    let files: Vec<_> =
+        checkpoint::committed_batch_files(layout.dir(), Some(layout.names().shard))?
+            .into_iter()
+            .filter(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                !name.starts_with(&this_attempt)
+            })
+            .collect();
+    let mut totals = BatchTotals::default();
+    add_batch_files(&files, &mut totals)?;
+    Ok(totals)
 }
 
 /// What the report needs to know of the run's set-up.
@@ -51,7 +71,7 @@ pub(super) fn run_facts(
     model: &Worker,
     allocator_conf: Option<String>,
     calibration: Option<Calibration>,
-    (layout, resumed, shard_rows): &Attempt,
+    (layout, resumed, shard_rows, earlier_batches): &Attempt,
 ) -> RunFacts {
     let shard = layout.names().shard;
     RunFacts {
@@ -74,6 +94,8 @@ pub(super) fn run_facts(
         attempts: layout.names().attempt,
         shard: shard.is_sharded().then(|| shard.to_string()),
         skipped_files: plan.skipped.clone(),
+        earlier_batches: earlier_batches.clone(),
+        batches_file: crate::writer::BATCHES.to_string(),
     }
 }
 

@@ -1,10 +1,12 @@
-//! Device and host memory over a run, from the per-batch records.
+//! Device and host memory over a run, from what the model worker kept of
+//! its batches (running totals and the memory track, not the records).
 
 use serde::Serialize;
 
-use super::BatchReport;
+use crate::message::{BatchTotals, MemoryTrack};
 
-/// Device memory over the whole run, from the per-batch records.
+/// Device memory over the run's last attempt (one process, one device
+/// allocator), from its batches in order.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct MemorySummary {
     pub peak_allocated_bytes: i64,
@@ -28,50 +30,36 @@ pub fn peak_rss_bytes() -> Option<u64> {
 
 /// Summed device time of the batches over `wall_s`; `None` when no batch
 /// was timed on a device.
-pub fn device_busy_share(records: &[BatchReport], wall_s: f64) -> Option<f64> {
-    let times: Vec<f64> = records.iter().filter_map(|r| r.device_ms).collect();
-    if times.is_empty() || wall_s <= 0.0 {
+pub fn device_busy_share(batches: &BatchTotals, wall_s: f64) -> Option<f64> {
+    if batches.device_ms_histogram.count() == 0 || wall_s <= 0.0 {
         return None;
     }
-    Some(times.iter().sum::<f64>() / 1e3 / wall_s)
+    Some(batches.device_ms / 1e3 / wall_s)
 }
 
 /// Batches of warm-up: the first batch of each distinct shape may reserve.
-pub fn warmup_batches(records: &[BatchReport]) -> usize {
-    let mut seen = std::collections::HashSet::new();
-    let mut last_new = 0;
-    for (i, r) in records.iter().enumerate() {
-        if seen.insert(r.padded_segments) {
-            last_new = i + 1;
-        }
-    }
+pub fn warmup_batches(track: &MemoryTrack) -> usize {
+    let batches = track.batches as usize;
     // With few shapes warm-up ends after each has been seen once; with many
     // (no padding) it is capped so the ratchet still shows.
-    last_new.min(records.len() / 10).max(1.min(records.len()))
+    (track.last_new_shape as usize)
+        .min(batches / 10)
+        .max(1.min(batches))
 }
 
-/// Summarises memory over the run; `None` when no batch has memory stats.
-pub fn memory_summary(records: &[BatchReport]) -> Option<MemorySummary> {
-    let with_memory: Vec<_> = records.iter().filter_map(|r| r.memory).collect();
-    let last = with_memory.last()?;
-    let warmup = warmup_batches(records);
-    let mut high_water = 0i64;
-    let mut growth = 0u64;
-    for (i, m) in with_memory.iter().enumerate() {
-        if m.reserved_peak > high_water {
-            if i >= warmup {
-                growth += 1;
-            }
-            high_water = m.reserved_peak;
-        }
-    }
+/// Summarises an attempt's device memory; `None` when no batch had memory
+/// statistics.
+pub fn memory_summary(track: &MemoryTrack) -> Option<MemorySummary> {
+    let last = track.last?;
+    let warmup = warmup_batches(track);
+    let growth = track
+        .reserved_highs_at
+        .iter()
+        .filter(|&&i| i >= warmup as u64)
+        .count() as u64;
     Some(MemorySummary {
-        peak_allocated_bytes: with_memory
-            .iter()
-            .map(|m| m.allocated_peak)
-            .max()
-            .unwrap_or(0),
-        peak_reserved_bytes: high_water,
+        peak_allocated_bytes: track.peak_allocated,
+        peak_reserved_bytes: track.peak_reserved,
         final_reserved_bytes: last.reserved,
         reserved_growth_events_after_warmup: growth,
         warmup_batches: warmup,
@@ -83,13 +71,12 @@ pub fn memory_summary(records: &[BatchReport]) -> Option<MemorySummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::FlushReason;
-    use crate::report::MemoryReport;
+    use crate::message::{BatchRecord, FlushReason, MemoryStats};
 
     const MIB: i64 = 1 << 20;
 
-    fn record(padded_segments: usize, reserved_peak_mib: Option<i64>) -> BatchReport {
-        BatchReport {
+    fn record(padded_segments: usize, reserved_peak_mib: Option<i64>) -> BatchRecord {
+        BatchRecord {
             seq: 0,
             rows: 1,
             segments: padded_segments,
@@ -101,7 +88,7 @@ mod tests {
             wall_ms: 1.0,
             device_ms: reserved_peak_mib.map(|_| 2.0),
             split_depth: 0,
-            memory: reserved_peak_mib.map(|mib| MemoryReport {
+            memory: reserved_peak_mib.map(|mib| MemoryStats {
                 allocated: mib * MIB / 2,
                 allocated_peak: mib * MIB - 1,
                 reserved: mib * MIB,
@@ -115,11 +102,20 @@ mod tests {
         }
     }
 
+    fn tracked(records: &[BatchRecord]) -> (MemoryTrack, BatchTotals) {
+        let (mut track, mut totals) = (MemoryTrack::default(), BatchTotals::default());
+        for r in records {
+            track.add(r);
+            totals.add(r);
+        }
+        (track, totals)
+    }
+
     #[test]
     fn no_memory_summary_on_cpu() {
-        let records = [record(256, None), record(512, None)];
-        assert_eq!(memory_summary(&records), None);
-        assert_eq!(device_busy_share(&records, 1.0), None);
+        let (track, totals) = tracked(&[record(256, None), record(512, None)]);
+        assert_eq!(memory_summary(&track), None);
+        assert_eq!(device_busy_share(&totals, 1.0), None);
     }
 
     #[test]
@@ -132,7 +128,7 @@ mod tests {
         records[7] = record(512, Some(120));
         records[8] = record(512, Some(110));
         records[15] = record(512, Some(130));
-        let summary = memory_summary(&records).expect("CUDA records");
+        let summary = memory_summary(&tracked(&records).0).expect("CUDA records");
         assert_eq!(summary.warmup_batches, 2);
         assert_eq!(summary.reserved_growth_events_after_warmup, 2);
         assert_eq!(summary.peak_reserved_bytes, 130 * MIB);
@@ -144,16 +140,19 @@ mod tests {
     #[test]
     fn flat_memory_has_no_growth_events() {
         let records: Vec<_> = (0..50).map(|i| record(256 << (i % 3), Some(100))).collect();
-        let summary = memory_summary(&records).expect("CUDA records");
+        let (track, _) = tracked(&records);
+        let summary = memory_summary(&track).expect("CUDA records");
         assert_eq!(summary.reserved_growth_events_after_warmup, 0);
         assert_eq!(summary.warmup_batches, 3);
+        // One entry per new high, not per batch: the track stays small.
+        assert_eq!(track.reserved_highs_at, [0]);
     }
 
     #[test]
     fn device_busy_share_is_device_time_over_wall_time() {
-        let records = [record(256, Some(10)), record(256, Some(10))];
+        let (_, totals) = tracked(&[record(256, Some(10)), record(256, Some(10))]);
         // 2 batches x 2 ms of device time over 8 ms of wall time.
-        let share = device_busy_share(&records, 0.008).unwrap();
+        let share = device_busy_share(&totals, 0.008).unwrap();
         assert!((share - 0.5).abs() < 1e-9, "{share}");
     }
 }

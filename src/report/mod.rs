@@ -1,6 +1,8 @@
-//! The run report: `_report.json` with one record per batch and the totals,
-//! `_report.svg` plotting them, the short summary a person reads at the end
-//! of a run, and the calibration's text.
+//! The run report: `_report.json` with the totals (over every attempt) and
+//! per-batch statistics, pointing to `_batches.parquet` for the records
+//! themselves (streamed to disk by the writers, never held), `_report.svg`
+//! plotting a bounded sample of them, the short summary a person reads at
+//! the end of a run, and the calibration's text.
 //!
 //! The report is assembled here from what each stage reports when it ends
 //! (message types), into the report's own output types: what the JSON says
@@ -18,8 +20,8 @@ pub use calibration::{describe_calibration, CalibrationReport};
 pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummary};
 
 use crate::message::{
-    BatchRecord, BatchingStrategy, BucketingReport, Calibration, FlushReason, MemoryStats,
-    ReaderStats, RejectKind, SkippedFile, WorkerReport, WriterReport,
+    BatchTotals, BatchingStrategy, BucketingReport, Calibration, PlotSample, ReaderStats,
+    RejectKind, SkippedFile, WorkerReport, WriterReport,
 };
 
 /// Everything a run measured.
@@ -45,10 +47,17 @@ pub struct RunReport {
     pub shard: Option<String>,
     /// Input files left out (`on_bad_file = "skip"`), with why.
     pub skipped_files: Vec<SkippedFile>,
+    /// Forward passes, by this attempt and earlier ones (the pieces of a
+    /// batch split after an out-of-memory count one each).
     pub batches: u64,
+    /// Segments of those forward passes, without and with padding.
     pub segments: u64,
     pub padded_segments: u64,
+    /// Forward passes of one row over the budget, run alone.
     pub oversized_batches: u64,
+    /// Per-batch times over every attempt; absent when no batch ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_ms: Option<BatchTimes>,
     pub max_segments: usize,
     /// The budget at the end (lower than `max_segments` after an
     /// out-of-memory); absent for the `rows` strategy, which has none.
@@ -60,17 +69,18 @@ pub struct RunReport {
     pub allocator_conf: Option<String>,
     pub oom_events: u64,
     pub oom_rejected_rows: u64,
+    /// Seconds this attempt ran.
     pub wall_s: f64,
-    /// Seconds from the run's start (before the model loads) to the first
-    /// batch being queued: device set-up, model load, the first row groups
-    /// read and bucketed. Absent when no batch ran.
+    /// Seconds from this attempt's start (before the model loads) to its
+    /// first batch being queued: device set-up, model load, the first row
+    /// groups read and bucketed. Absent when no batch ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_batch_s: Option<f64>,
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
-    /// Device time of all batches (CUDA events around each) over the run's
-    /// wall time: how busy the GPU was kept. Absent on CPU.
+    /// Device time of this attempt's batches (CUDA events around each) over
+    /// its wall time: how busy the GPU was kept. Absent on CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_busy_share: Option<f64>,
     /// The process's peak resident memory (Linux `VmHWM`), when known.
@@ -86,15 +96,39 @@ pub struct RunReport {
     /// Present when `max_segments = "auto"` chose the budget.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationReport>,
-    pub batch_records: Vec<BatchReport>,
+    /// Where the per-batch records of every attempt (and shard) are, in
+    /// the output directory, once the run is committed: one row each.
+    pub batches_file: String,
+    /// What `_report.svg` draws: a bounded sample of this attempt's batches.
+    #[serde(skip)]
+    pub plot: PlotSample,
 }
 
-/// The earliest batch's queueing time, in seconds from the run's start.
-fn time_to_first_batch_s(records: &[BatchReport]) -> Option<f64> {
-    records
-        .iter()
-        .map(|r| r.queued_at_ms / 1e3)
-        .min_by(f64::total_cmp)
+/// The median and 90th percentile of the batches' host wall time (queued
+/// to answers on the host) and device time, in ms, read from logarithmic
+/// histograms (`message::LogHistogram`): within 1% of the exact values,
+/// in fixed memory however many batches ran.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BatchTimes {
+    pub wall_median: f64,
+    pub wall_p90: f64,
+    /// Absent on CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_median: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_p90: Option<f64>,
+}
+
+impl BatchTimes {
+    fn of(totals: &BatchTotals) -> Option<Self> {
+        let (wall, device) = (&totals.wall_ms_histogram, &totals.device_ms_histogram);
+        Some(Self {
+            wall_median: wall.quantile(0.5)?,
+            wall_p90: wall.quantile(0.9)?,
+            device_median: device.quantile(0.5),
+            device_p90: device.quantile(0.9),
+        })
+    }
 }
 
 fn strategy_name<S: serde::Serializer>(s: &BatchingStrategy, out: S) -> Result<S::Ok, S::Error> {
@@ -120,83 +154,6 @@ pub struct StageBusy {
     pub bucketing: f64,
     pub model: f64,
     pub writers: f64,
-}
-
-/// One forward pass, as the report writes it.
-#[derive(Debug, Clone, Serialize)]
-pub struct BatchReport {
-    pub seq: u64,
-    pub rows: usize,
-    pub segments: usize,
-    pub padded_segments: usize,
-    pub flush_reason: FlushReason,
-    /// Milliseconds from the run's start to the host starting to queue it.
-    pub queued_at_ms: f64,
-    /// Host milliseconds spent queueing it (any wait inside the model's own
-    /// host code included).
-    pub launch_ms: f64,
-    /// Milliseconds from the run's start to its answers on the host.
-    pub done_at_ms: f64,
-    /// Host wall time from queueing the batch to its answers on the host
-    /// (it overlaps the next batch's queueing).
-    pub wall_ms: f64,
-    /// Device time of the batch; absent on CPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_ms: Option<f64>,
-    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
-    pub split_depth: u32,
-    /// Absent on CPU (not zero): there is no caching allocator to read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryReport>,
-}
-
-/// Device memory after one batch, in bytes; peaks are since the previous batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MemoryReport {
-    pub allocated: i64,
-    pub allocated_peak: i64,
-    pub reserved: i64,
-    pub reserved_peak: i64,
-    pub inactive_split: i64,
-    pub alloc_retries: i64,
-    pub ooms: i64,
-    pub device_free: i64,
-    pub device_total: i64,
-}
-
-impl From<&MemoryStats> for MemoryReport {
-    fn from(m: &MemoryStats) -> Self {
-        Self {
-            allocated: m.allocated,
-            allocated_peak: m.allocated_peak,
-            reserved: m.reserved,
-            reserved_peak: m.reserved_peak,
-            inactive_split: m.inactive_split,
-            alloc_retries: m.alloc_retries,
-            ooms: m.ooms,
-            device_free: m.device_free,
-            device_total: m.device_total,
-        }
-    }
-}
-
-impl From<&BatchRecord> for BatchReport {
-    fn from(r: &BatchRecord) -> Self {
-        Self {
-            seq: r.seq,
-            rows: r.rows,
-            segments: r.segments,
-            padded_segments: r.padded_segments,
-            flush_reason: r.flush_reason,
-            queued_at_ms: r.queued_at_ms,
-            launch_ms: r.launch_ms,
-            done_at_ms: r.done_at_ms,
-            wall_ms: r.wall_ms,
-            device_ms: r.device_ms,
-            split_depth: r.split_depth,
-            memory: r.memory.as_ref().map(MemoryReport::from),
-        }
-    }
 }
 
 /// What every stage reported when it ended.
@@ -261,13 +218,19 @@ pub struct RunFacts {
     pub attempts: u32,
     pub shard: Option<String>,
     pub skipped_files: Vec<SkippedFile>,
+    /// The batches of this shard's earlier attempts, read back from their
+    /// committed batch files.
+    pub earlier_batches: BatchTotals,
+    /// `_batches.parquet`'s name in the output directory.
+    pub batches_file: String,
 }
 
 impl RunReport {
     /// The report of a run whose stages all ended.
     pub fn from_stages(facts: RunFacts, stages: &StageReports) -> Self {
-        let records: Vec<BatchReport> = stages.worker.batches.iter().map(Into::into).collect();
-        let bucketing = &stages.bucketing;
+        let worker = &stages.worker;
+        let mut batches = facts.earlier_batches.clone();
+        batches.merge_counts(&worker.batches);
         let wall_s = facts.wall_s;
         Self {
             input: facts.input,
@@ -282,30 +245,32 @@ impl RunReport {
             attempts: facts.attempts,
             shard: facts.shard,
             skipped_files: facts.skipped_files,
-            batches: records.len() as u64,
-            segments: bucketing.segments,
-            padded_segments: bucketing.padded_segments,
-            oversized_batches: bucketing.oversized_batches,
+            batches: batches.batches,
+            segments: batches.segments,
+            padded_segments: batches.padded_segments,
+            oversized_batches: batches.oversized,
+            batch_ms: BatchTimes::of(&batches),
             max_segments: facts.max_segments,
             final_max_segments: facts.final_max_segments,
-            size_classes: bucketing.size_classes.clone(),
+            size_classes: stages.bucketing.size_classes.clone(),
             cudnn_benchmark: facts.cudnn_benchmark,
             channels_last: facts.channels_last,
             allocator_conf: facts.allocator_conf.filter(|_| facts.on_cuda),
-            oom_events: stages.worker.oom_events,
+            oom_events: worker.oom_events,
             oom_rejected_rows: stages.rejected_as(RejectKind::OomSingleRow),
             wall_s,
-            time_to_first_batch_s: time_to_first_batch_s(&records),
+            time_to_first_batch_s: worker.batches.first_queued_ms.map(|ms| ms / 1e3),
             rows_per_s: stages.rows_out().saturating_add(stages.rows_rejected()) as f64
                 / wall_s.max(1e-9),
-            segments_per_s: bucketing.segments as f64 / wall_s.max(1e-9),
+            segments_per_s: worker.batches.segments as f64 / wall_s.max(1e-9),
             busy_s: stages.busy(),
-            device_busy_share: device_busy_share(&records, wall_s),
+            device_busy_share: device_busy_share(&worker.batches, wall_s),
             peak_rss_bytes: peak_rss_bytes(),
-            memory: memory_summary(&records),
+            memory: memory_summary(&worker.memory),
             strategy: facts.strategy,
             calibration: facts.calibration.as_ref().map(CalibrationReport::from),
-            batch_records: records,
+            batches_file: facts.batches_file,
+            plot: worker.plot.clone(),
         }
     }
 
@@ -324,7 +289,7 @@ impl RunReport {
             self.model_dtype,
             strategy_as_written(self.strategy)
         );
-        plot::svg(&title, &self.batch_records).map_err(ReportError::Plot)
+        plot::svg(&title, &self.plot).map_err(ReportError::Plot)
     }
 
     /// A few lines for the terminal.

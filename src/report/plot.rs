@@ -1,10 +1,12 @@
 //! `_report.svg`: device memory and segments per batch over the run, the
-//! picture the seed's author drew by hand with print statements.
+//! picture the seed's author drew by hand with print statements. It draws
+//! the model worker's bounded sample of the last attempt's batches (every
+//! batch up to 2048, evenly spaced ones beyond), not the records.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{BatchReport, MemoryReport};
+use crate::message::{BatchRecord, MemoryStats, PlotSample};
 
 const WIDTH: u32 = 1200;
 const PANEL_HEIGHT: u32 = 360;
@@ -16,13 +18,15 @@ pub type PlotError = DrawingAreaErrorKind<std::io::Error>;
 type Series = (&'static str, RGBColor, Vec<(usize, f64)>);
 
 /// Draws the memory panel (CUDA runs only) above the segments panel.
-pub fn svg(title: &str, records: &[BatchReport]) -> Result<String, PlotError> {
+pub fn svg(title: &str, sample: &PlotSample) -> Result<String, PlotError> {
     let mut text = String::new();
-    draw(&mut text, title, records)?;
+    draw(&mut text, title, sample)?;
     Ok(text)
 }
 
-fn draw(text: &mut String, title: &str, records: &[BatchReport]) -> Result<(), PlotError> {
+fn draw(text: &mut String, title: &str, sample: &PlotSample) -> Result<(), PlotError> {
+    let records = sample.points.as_slice();
+    let (stride, n_batches) = (sample.stride as usize, sample.seen as usize);
     let has_memory = records.iter().any(|r| r.memory.is_some());
     let panels = if has_memory { 2 } else { 1 };
     let root =
@@ -37,29 +41,29 @@ fn draw(text: &mut String, title: &str, records: &[BatchReport]) -> Result<(), P
                 (
                     "peak reserved",
                     RED,
-                    memory_series(records, |m| m.reserved_peak),
+                    memory_series(records, stride, |m| m.reserved_peak),
                 ),
                 (
                     "peak allocated",
                     BLUE,
-                    memory_series(records, |m| m.allocated_peak),
+                    memory_series(records, stride, |m| m.allocated_peak),
                 ),
             ];
             draw_panel(
                 area,
                 "device memory per batch (MiB)",
                 "MiB",
-                records.len(),
+                n_batches,
                 memory,
             )?;
         }
     }
     if let Some(area) = areas.next() {
-        let per_batch = |f: fn(&BatchReport) -> usize| -> Vec<(usize, f64)> {
+        let per_batch = |f: fn(&BatchRecord) -> usize| -> Vec<(usize, f64)> {
             records
                 .iter()
                 .enumerate()
-                .map(|(i, r)| (i, f(r) as f64))
+                .map(|(i, r)| (i * stride, f(r) as f64))
                 .collect()
         };
         let segments = vec![
@@ -71,16 +75,24 @@ fn draw(text: &mut String, title: &str, records: &[BatchReport]) -> Result<(), P
             ("real", BLACK, per_batch(|r| r.segments)),
         ];
         let caption = "segments per batch (model input's first dimension)";
-        draw_panel(area, caption, "segments", records.len(), segments)?;
+        draw_panel(area, caption, "segments", n_batches, segments)?;
     }
     root.present()
 }
 
-fn memory_series(records: &[BatchReport], field: fn(&MemoryReport) -> i64) -> Vec<(usize, f64)> {
+fn memory_series(
+    records: &[BatchRecord],
+    stride: usize,
+    field: fn(&MemoryStats) -> i64,
+) -> Vec<(usize, f64)> {
     records
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| r.memory.as_ref().map(|m| (i, field(m) as f64 / 1048576.0)))
+        .filter_map(|(i, r)| {
+            r.memory
+                .as_ref()
+                .map(|m| (i * stride, field(m) as f64 / 1048576.0))
+        })
         .collect()
 }
 

@@ -404,7 +404,7 @@ impl Worker {
         let batch = flight.batch;
         match answers {
             Ok(predicted) => {
-                report.batches.push(BatchRecord {
+                let record = BatchRecord {
                     seq: batch.seq,
                     rows: batch.rows.len(),
                     segments: batch.n_segments,
@@ -417,13 +417,18 @@ impl Worker {
                     device_ms: predicted.device_ms,
                     split_depth: flight.split_depth,
                     memory: flight.memory,
-                });
+                };
+                report.batches.add(&record);
+                report.memory.add(&record);
+                report.plot.add(&record);
                 let predictions = Predictions {
                     rows: batch.rows,
                     label_ids: predicted.label_ids,
                     scores: predicted.scores,
                 };
-                Ok(out.send(WriterMsg::Predictions(predictions)).is_ok())
+                // The record goes to disk with the rows, not into memory.
+                Ok(out.send(WriterMsg::Predictions(predictions)).is_ok()
+                    && out.send(WriterMsg::Batch(record)).is_ok())
             }
             Err(error) => self.recover(batch, flight.split_depth, error, out, budget, report),
         }

@@ -362,6 +362,28 @@ pub fn committed_files(
     Ok(files)
 }
 
+/// The committed batch-record files of `shard` (of every shard with
+/// `None`), sorted by name.
+pub fn committed_batch_files(
+    dir: &Path,
+    shard: Option<ShardSpec>,
+) -> Result<Vec<PathBuf>, CheckpointError> {
+    let start = match shard {
+        Some(shard) if shard.is_sharded() => format!("batches-{}-a", shard.tag()),
+        Some(_) => "batches-a".to_string(),
+        None => "batches-".to_string(),
+    };
+    let mut found: Vec<PathBuf> = list(&dir.join(PROGRESS))?
+        .into_iter()
+        .filter(|p| {
+            let name = file_name(p);
+            name.starts_with(&start) && name.ends_with(".parquet")
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
 /// Records that `done.shard` finished, durably.
 pub fn mark_shard_done(dir: &Path, done: &ShardDone) -> Result<(), CheckpointError> {
     let path = OutputLayout::new(dir).done_marker(done.shard);

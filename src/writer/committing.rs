@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
@@ -89,4 +90,54 @@ impl CommittingParquet {
             .map_err(|source| WriterError::Io { path, source })?;
         Ok(final_path)
     }
+}
+
+/// Rows per batch while merging: bounds the merge's memory.
+const MERGE_BATCH_ROWS: usize = 16 * 1024;
+
+/// Concatenates committed files of one schema into `dest`, then `extra`
+/// (always written, maybe empty: its presence says the run checked), a
+/// batch at a time, under a temporary name no other process uses, so two
+/// shards committing at once each write a whole file. Returns the rows
+/// written.
+pub fn merge_parquet(
+    parts: &[PathBuf],
+    dest: &Path,
+    schema: SchemaRef,
+    extra: &[RecordBatch],
+) -> Result<u64, WriterError> {
+    let temp = super::durable::unique_temp_name(dest);
+    let props = super::parts::streamed_properties();
+    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), schema.clone(), props)?;
+    for part in parts {
+        let parquet_error = |source| WriterError::Parquet {
+            path: part.clone(),
+            source,
+        };
+        let file = File::open(part).map_err(|source| WriterError::Io {
+            path: part.clone(),
+            source,
+        })?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
+            .map_err(parquet_error)?;
+        for batch in reader {
+            let arrow_error = |source| WriterError::Arrow {
+                path: part.clone(),
+                source,
+            };
+            // The same columns under the canonical schema, whatever
+            // metadata the file's copy of it carries.
+            let batch = batch.map_err(arrow_error)?;
+            let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
+                .map_err(arrow_error)?;
+            out.write(&batch)?;
+        }
+    }
+    for batch in extra {
+        out.write(batch)?;
+    }
+    let rows = out.rows() as u64;
+    out.commit()?;
+    Ok(rows)
 }

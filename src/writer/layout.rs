@@ -9,9 +9,11 @@
 //! DIR/part-[S-]aAAA-WW-NNNNN.parquet     committed predictions
 //! DIR/.part-….parquet.inprogress        a part being written
 //! DIR/_progress/rejects-[S-]aAAA-WW-NNNNN.parquet   committed rejects
+//! DIR/_progress/batches-[S-]aAAA-WW-NNNNN.parquet   committed batch records
 //! DIR/_progress/attempt-S-aAAA.json     one per attempt of a shard
 //! DIR/_progress/done-S.json             a shard's accounting, once done
-//! DIR/_rejects.parquet, _report.json, _report.svg, _SUCCESS   the commit
+//! DIR/_rejects.parquet, _batches.parquet, _report.json, _report.svg,
+//!     _SUCCESS                          the commit
 //! ```
 //!
 //! `S` is the shard tag (`s001of004`), only in sharded runs' part names;
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::message::ShardSpec;
 
 pub const REJECTS: &str = "_rejects.parquet";
+pub const BATCHES: &str = "_batches.parquet";
 pub const REPORT_JSON: &str = "_report.json";
 pub const REPORT_SVG: &str = "_report.svg";
 pub const SUCCESS: &str = "_SUCCESS";
@@ -95,6 +98,19 @@ impl OutputLayout {
             .join(format!("rejects-{stem}-{writer_idx:02}-{seq:05}.parquet"))
     }
 
+    /// Batch-records file `seq` (from 1) of writer thread `writer_idx`.
+    pub fn batches_part(&self, writer_idx: usize, seq: usize) -> PathBuf {
+        self.progress().join(format!(
+            "{}{writer_idx:02}-{seq:05}.parquet",
+            self.batches_prefix()
+        ))
+    }
+
+    /// How this attempt's batch files' names start (`batches-a002-`).
+    pub fn batches_prefix(&self) -> String {
+        format!("batches-{}-", self.names.stem())
+    }
+
     /// The hidden name a file is written under until it is whole, beside it.
     pub fn in_progress(&self, final_path: &Path) -> PathBuf {
         let name = final_path.file_name().unwrap_or_default().to_string_lossy();
@@ -135,6 +151,10 @@ impl OutputLayout {
         self.dir.join(REJECTS)
     }
 
+    pub fn batches(&self) -> PathBuf {
+        self.dir.join(BATCHES)
+    }
+
     pub fn report_json(&self) -> PathBuf {
         self.dir.join(REPORT_JSON)
     }
@@ -154,6 +174,7 @@ impl OutputLayout {
         (name.starts_with("part-") && name.ends_with(".parquet"))
             || name.starts_with("_report.")
             || name == REJECTS
+            || name == BATCHES
             || name == SUCCESS
             || name == MANIFEST
             || name == PROGRESS
@@ -189,6 +210,10 @@ mod tests {
             Path::new("out/_progress/.rejects-a001-00-00001.parquet.inprogress")
         );
         assert_eq!(layout.report_json(), Path::new("out/_report.json"));
+        assert_eq!(
+            layout.batches_part(1, 2),
+            Path::new("out/_progress/batches-a001-01-00002.parquet")
+        );
         assert_eq!(layout.success(), Path::new("out/_SUCCESS"));
         let shard = OutputLayout::for_attempt(
             "out",
@@ -216,6 +241,7 @@ mod tests {
             "_report.json",
             "_report.svg",
             "_rejects.parquet",
+            "_batches.parquet",
             "_SUCCESS",
             "_run.json",
             "_progress",

@@ -8,6 +8,7 @@
 //! always whole and durable, and a killed run resumes from what was
 //! committed (`checkpoint.rs`; `_run.json` in `manifest.rs`).
 
+pub mod batch_parts;
 mod check;
 pub mod checkpoint;
 mod committing;
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use layout::OutputLayout;
+pub use layout::{AttemptNames, OutputLayout, BATCHES};
 pub use thread::run_writer;
 
 use crate::message::{IdKind, Sources};
@@ -108,6 +109,8 @@ pub enum WriterError {
         #[source]
         source: arrow::error::ArrowError,
     },
+    #[error("reading {path}: {problem}")]
+    Content { path: PathBuf, problem: String },
     #[error("writing {path}: the part is already closed")]
     Closed { path: PathBuf },
     #[error("invalid [writers] section: {0}")]

@@ -57,6 +57,19 @@ pub fn properties(compression: Compression) -> WriterProperties {
     WriterProperties::builder().set_compression(codec).build()
 }
 
+/// Rows per row group of the files written as a run goes (rejects, batch
+/// records): the Parquet writer holds a row group in memory until it is
+/// full, so this, not the commit interval, bounds what they hold.
+const STREAMED_ROW_GROUP_ROWS: usize = 64 * 1024;
+
+/// Zstd, in row groups of `STREAMED_ROW_GROUP_ROWS`.
+pub fn streamed_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(STREAMED_ROW_GROUP_ROWS))
+        .build()
+}
+
 impl PartWriter {
     /// Starts `final_path`, written under its in-progress name until
     /// committed.

@@ -9,20 +9,20 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::committing::CommittingParquet;
-use super::{durable, parts, Compression, WriterError};
-use crate::message::{IdKind, Reject, RowId, Sources};
+use super::committing::{merge_parquet, CommittingParquet};
+use super::{parts, WriterError};
+use crate::message::{IdKind, Reject, RejectKind, RowId, SkippedFile, Sources};
 
 /// `_rejects.parquet`'s columns. The id keeps the type the part files give
 /// it, so rejects join back to the input and the output on it; it is null
-/// where the id could not be read.
+/// where the id could not be read. `source_row` is null only for a
+/// `bad_file` row, which stands for a whole skipped file.
 pub fn rejects_schema(id_type: DataType) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", id_type, true),
         Field::new("source_file", DataType::Utf8, false),
-        Field::new("source_row", DataType::Int64, false),
+        Field::new("source_row", DataType::Int64, true),
         Field::new("kind", DataType::Utf8, false),
         Field::new("reason", DataType::Utf8, false),
     ]))
@@ -108,7 +108,7 @@ impl RejectPart {
         final_path: PathBuf,
         id_kind: IdKind,
     ) -> Result<Self, WriterError> {
-        let props = parts::properties(Compression::Zstd);
+        let props = parts::streamed_properties();
         let schema = rejects_schema(parts::id_type(id_kind));
         Ok(Self {
             file: CommittingParquet::create(temp, final_path, schema, props)?,
@@ -130,57 +130,58 @@ impl RejectPart {
     }
 }
 
-/// Rows per batch while merging: bounds the merge's memory.
-const MERGE_BATCH_ROWS: usize = 16 * 1024;
-
 /// Concatenates committed rejects files into `dest` (always written, maybe
 /// empty: its presence says the run checked), under a temporary name no
 /// other process uses, so two shards committing at once each write a whole
-/// file. `id_type` is the run's id type (the parts carry it too; it types
-/// the file when there are none). Returns the rows written.
+/// file, then one `bad_file` row per skipped input file. `id_type` is the
+/// run's id type (the parts carry it too; it types the file when there are
+/// none). Returns the rows written, skipped files included.
 pub fn merge_rejects(
     reject_parts: &[PathBuf],
     dest: &Path,
     id_type: DataType,
+    skipped: &[SkippedFile],
 ) -> Result<u64, WriterError> {
-    let temp = durable::unique_temp_name(dest);
-    let props = parts::properties(Compression::Zstd);
     let schema = rejects_schema(id_type);
-    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), schema.clone(), props)?;
-    for part in reject_parts {
-        let parquet_error = |source| WriterError::Parquet {
-            path: part.clone(),
-            source,
-        };
-        let file = std::fs::File::open(part).map_err(|source| WriterError::Io {
-            path: part.clone(),
-            source,
-        })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
-            .map_err(parquet_error)?;
-        for batch in reader {
-            let arrow_error = |source| WriterError::Arrow {
-                path: part.clone(),
-                source,
-            };
-            // The same columns under the canonical schema, whatever
-            // metadata the file's copy of it carries.
-            let batch = batch.map_err(arrow_error)?;
-            let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
-                .map_err(arrow_error)?;
-            out.write(&batch)?;
-        }
-    }
-    let rows = out.rows() as u64;
-    out.commit()?;
-    Ok(rows)
+    let bad_files = bad_file_rows(skipped, &schema).map_err(|source| WriterError::Arrow {
+        path: dest.to_path_buf(),
+        source,
+    })?;
+    merge_parquet(reject_parts, dest, schema, &[bad_files])
+}
+
+/// One row per skipped file: no id, no row, the file's path and why.
+fn bad_file_rows(
+    skipped: &[SkippedFile],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let n = skipped.len();
+    let id_type = schema.field(0).data_type();
+    let columns: Vec<ArrayRef> = vec![
+        arrow::array::new_null_array(id_type, n),
+        Arc::new(
+            skipped
+                .iter()
+                .map(|f| Some(f.path.display().to_string()))
+                .collect::<StringArray>(),
+        ),
+        Arc::new(Int64Array::from(vec![None; n])),
+        Arc::new(StringArray::from(vec![RejectKind::BadFile.as_str(); n])),
+        Arc::new(
+            skipped
+                .iter()
+                .map(|f| Some(f.reason.as_str()))
+                .collect::<StringArray>(),
+        ),
+    ];
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::{Origin, RowId};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn reject(file_idx: u32, row_idx: u64) -> Reject {
         Reject {
@@ -189,6 +190,23 @@ mod tests {
             kind: crate::message::RejectKind::NullSegments,
             reason: "bad".into(),
         }
+    }
+
+    /// `rows` rows; the last is the skipped file: no id, no row, its path,
+    /// kind and reason.
+    fn assert_skipped_file_comes_last(batches: &[RecordBatch], rows: usize) {
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), rows);
+        let last = batches.last().unwrap();
+        let last = last.slice(last.num_rows() - 1, 1);
+        assert!(last.column(0).is_null(0) && last.column(2).is_null(0));
+        let text = |i: usize| {
+            let column = last.column(i).as_any().downcast_ref::<StringArray>();
+            column.unwrap().value(0).to_string()
+        };
+        assert_eq!(
+            [text(1), text(3), text(4)],
+            ["c.parquet", "bad_file", "truncated"]
+        );
     }
 
     #[test]
@@ -224,19 +242,22 @@ mod tests {
         assert!(!dropped.exists());
 
         let dest = dir.path().join("_rejects.parquet");
-        assert_eq!(merge_rejects(&finals, &dest, DataType::Int64).unwrap(), 4);
+        let skipped = [SkippedFile {
+            path: "c.parquet".into(),
+            reason: "truncated".into(),
+        }];
+        assert_eq!(
+            merge_rejects(&finals, &dest, DataType::Int64, &skipped).unwrap(),
+            5
+        );
         let file = std::fs::File::open(&dest).unwrap();
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         assert_eq!(
             builder.schema().field_with_name("id").unwrap().data_type(),
             &DataType::Int64
         );
-        let rows: usize = builder
-            .build()
-            .unwrap()
-            .map(|b| b.unwrap().num_rows())
-            .sum();
-        assert_eq!(rows, 4);
-        assert_eq!(merge_rejects(&[], &dest, DataType::Int64).unwrap(), 0);
+        let batches: Vec<RecordBatch> = builder.build().unwrap().map(|b| b.unwrap()).collect();
+        assert_skipped_file_comes_last(&batches, 5);
+        assert_eq!(merge_rejects(&[], &dest, DataType::Int64, &[]).unwrap(), 0);
     }
 }

@@ -3,8 +3,9 @@
 //! rename, directory fsync) at least every `commit_every_s` and whenever a
 //! part reaches `rows_per_file`. A crash loses at most the window since the
 //! last commit; what is committed is the checkpoint a later attempt resumes
-//! from. Nothing grows with the length of the run: rejects go to disk as
-//! they arrive.
+//! from. Nothing grows with the length of the run: rejects and the model
+//! worker's batch records go to disk as they arrive, committed with the
+//! parts.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
+use super::batch_parts::BatchPart;
 use super::parts::PartWriter;
 use super::reject_parts::RejectPart;
 use super::{OutputLayout, OutputSchema, WriterConfig, WriterError};
-use crate::message::{Predictions, Reject, RejectKind, WriterMsg, WriterReport};
+use crate::message::{BatchRecord, Predictions, Reject, RejectKind, WriterMsg, WriterReport};
 
 /// Where one writer thread writes, and under which names.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +35,10 @@ struct Open<'a> {
     schema: &'a OutputSchema,
     part: Option<PartWriter>,
     rejects: Option<RejectPart>,
+    batches: Option<BatchPart>,
     part_seq: usize,
     rejects_seq: usize,
+    batches_seq: usize,
     uncommitted_since: Option<Instant>,
 }
 
@@ -78,6 +82,49 @@ impl Open<'_> {
         Ok(())
     }
 
+    fn write_batch_record(&mut self, record: BatchRecord) -> Result<(), WriterError> {
+        let file = match self.batches.as_mut() {
+            Some(file) => file,
+            None => {
+                self.batches_seq += 1;
+                let layout = self.place.layout;
+                let path = layout.batches_part(self.place.writer_idx, self.batches_seq);
+                let temp = layout.in_progress(&path);
+                self.batches
+                    .insert(BatchPart::create(temp, path, layout.names())?)
+            }
+        };
+        file.write(record)?;
+        self.uncommitted_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Writes one message's rows, rejects or batch record, and counts them.
+    fn handle(&mut self, message: WriterMsg, report: &mut WriterReport) -> Result<(), WriterError> {
+        match message {
+            WriterMsg::Predictions(p) => {
+                self.write_predictions(&p)?;
+                report.rows += p.rows.len() as u64;
+                self.schema
+                    .rows_written
+                    .fetch_add(p.rows.len() as u64, Ordering::Relaxed);
+                if self.part_is_full() {
+                    self.commit_part(&mut report.files)?;
+                }
+            }
+            WriterMsg::Rejects(rejects) => {
+                self.write_rejects(&rejects)?;
+                count_rejects(&mut report.reject_kinds, &rejects);
+                report.rejects += rejects.len() as u64;
+            }
+            WriterMsg::Batch(record) => {
+                self.write_batch_record(record)?;
+                report.batch_records += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn part_is_full(&self) -> bool {
         self.part
             .as_ref()
@@ -108,6 +155,10 @@ impl Open<'_> {
         if let Some(rejects) = self.rejects.take() {
             files.push(rejects.commit()?);
         }
+        // Not in `files`, which lists the rows' files.
+        if let Some(batches) = self.batches.take() {
+            batches.commit()?;
+        }
         self.uncommitted_since = None;
         Ok(())
     }
@@ -134,8 +185,10 @@ pub fn run_writer(
         schema,
         part: None,
         rejects: None,
+        batches: None,
         part_seq: 0,
         rejects_seq: 0,
+        batches_seq: 0,
         uncommitted_since: None,
     };
     loop {
@@ -148,23 +201,8 @@ pub fn run_writer(
             Err(RecvTimeoutError::Disconnected) => break,
         };
         let started = Instant::now();
-        match message {
-            Some(WriterMsg::Predictions(p)) => {
-                open.write_predictions(&p)?;
-                report.rows += p.rows.len() as u64;
-                schema
-                    .rows_written
-                    .fetch_add(p.rows.len() as u64, Ordering::Relaxed);
-                if open.part_is_full() {
-                    open.commit_part(&mut report.files)?;
-                }
-            }
-            Some(WriterMsg::Rejects(rejects)) => {
-                open.write_rejects(&rejects)?;
-                count_rejects(&mut report.reject_kinds, &rejects);
-                report.rejects += rejects.len() as u64;
-            }
-            None => {}
+        if let Some(message) = message {
+            open.handle(message, &mut report)?;
         }
         if open.commit_due(every) {
             open.commit_all(&mut report.files)?;

@@ -19,6 +19,9 @@ use arrow::datatypes::{DataType, Float32Type, Int32Type, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tempfile::TempDir;
 
+mod interrupt;
+pub use interrupt::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {
@@ -373,27 +376,110 @@ pub fn read_output(dir: &Path) -> Vec<OutRow> {
     rows
 }
 
-/// Every row of `_rejects.parquet` (which every completed run writes).
-pub fn read_rejects(dir: &Path) -> Vec<RejectRow> {
+/// A `bad_file` row of `_rejects.parquet`: a skipped input file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadFileRow {
+    pub id: Option<String>,
+    pub source_file: String,
+    pub reason: String,
+}
+
+/// `_rejects.parquet` (which every completed run writes): its rejected
+/// input rows, and its `bad_file` rows (which alone have no source_row).
+fn read_rejects_file(dir: &Path) -> (Vec<RejectRow>, Vec<BadFileRow>) {
     let path = dir.join("_rejects.parquet");
-    let mut rows = Vec::new();
+    let (mut rows, mut bad_files) = (Vec::new(), Vec::new());
     for batch in read_batches(&path).unwrap_or_else(|e| panic!("{e}")) {
         let ids = strings(&batch, "id");
         let files = strings(&batch, "source_file");
-        let source_rows = ints64(&batch, "source_row");
+        let source_rows = column(&batch, "source_row");
+        let source_rows = source_rows.as_primitive::<Int64Type>();
         let kinds = strings(&batch, "kind");
         let reasons = strings(&batch, "reason");
         for i in 0..batch.num_rows() {
+            let kind = kinds[i].clone().expect("reject kind is null");
+            let source_file = files[i].clone().expect("reject source_file is null");
+            let reason = reasons[i].clone().expect("reject reason is null");
+            assert_eq!(
+                source_rows.is_null(i),
+                kind == "bad_file",
+                "only a bad_file reject has no source_row: {kind} {source_file}"
+            );
+            if kind == "bad_file" {
+                let id = ids[i].clone();
+                bad_files.push(BadFileRow {
+                    id,
+                    source_file,
+                    reason,
+                });
+                continue;
+            }
             rows.push(RejectRow {
                 id: ids[i].clone(),
-                source_file: files[i].clone().expect("reject source_file is null"),
-                source_row: source_rows[i],
-                kind: kinds[i].clone().expect("reject kind is null"),
-                reason: reasons[i].clone().expect("reject reason is null"),
+                source_file,
+                source_row: source_rows.value(i),
+                kind,
+                reason,
             });
         }
     }
-    rows
+    (rows, bad_files)
+}
+
+/// The rejected input rows of `_rejects.parquet`.
+pub fn read_rejects(dir: &Path) -> Vec<RejectRow> {
+    read_rejects_file(dir).0
+}
+
+/// The skipped files of `_rejects.parquet` (`bad_file` rows).
+pub fn read_bad_files(dir: &Path) -> Vec<BadFileRow> {
+    read_rejects_file(dir).1
+}
+
+/// The rows of `_batches.parquet`, each as a JSON object with the record's
+/// fields (null ones left out, `memory` nested), as the report's
+/// `batch_records` listed them before they were streamed to a file.
+pub fn read_batch_records(dir: &Path) -> Vec<serde_json::Value> {
+    let path = dir.join("_batches.parquet");
+    let mut records = Vec::new();
+    for batch in read_batches(&path).unwrap_or_else(|e| panic!("{e}")) {
+        for i in 0..batch.num_rows() {
+            let mut record = serde_json::Map::new();
+            for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
+                if let Some(value) = json_value(array, i) {
+                    record.insert(field.name().clone(), value);
+                }
+            }
+            records.push(serde_json::Value::Object(record));
+        }
+    }
+    records
+}
+
+/// One cell as JSON; `None` when null.
+fn json_value(array: &ArrayRef, i: usize) -> Option<serde_json::Value> {
+    use arrow::datatypes::{Float64Type, UInt32Type, UInt64Type};
+    if array.is_null(i) {
+        return None;
+    }
+    Some(match array.data_type() {
+        DataType::UInt32 => array.as_primitive::<UInt32Type>().value(i).into(),
+        DataType::UInt64 => array.as_primitive::<UInt64Type>().value(i).into(),
+        DataType::Int64 => array.as_primitive::<Int64Type>().value(i).into(),
+        DataType::Float64 => array.as_primitive::<Float64Type>().value(i).into(),
+        DataType::Utf8 => array.as_string::<i32>().value(i).into(),
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            let mut object = serde_json::Map::new();
+            for (field, child) in fields.iter().zip(s.columns()) {
+                if let Some(value) = json_value(child, i) {
+                    object.insert(field.name().clone(), value);
+                }
+            }
+            serde_json::Value::Object(object)
+        }
+        other => panic!("_batches.parquet has a column of type {other}"),
+    })
 }
 
 pub fn read_report(dir: &Path) -> serde_json::Value {
@@ -575,6 +661,8 @@ pub struct Baseline {
     pub output: Vec<OutRow>,
     pub rejects: Vec<RejectRow>,
     pub report: serde_json::Value,
+    /// `_batches.parquet`'s rows, as [`read_batch_records`] gives them.
+    pub batch_records: Vec<serde_json::Value>,
     pub success_marker: bool,
     pub files: Vec<String>,
 }
@@ -597,16 +685,23 @@ pub fn baseline() -> &'static Baseline {
         let run = Pipeline::new(sample(), &out).run(&[]);
         let success_marker = out.join("_SUCCESS").is_file();
         let files = list_dir(&out).iter().map(|p| file_name(p)).collect();
-        let (output, rejects, report) = if run.code == 0 {
-            (read_output(&out), read_rejects(&out), read_report(&out))
+        let (output, rejects, report, batch_records) = if run.code == 0 {
+            let report = read_report(&out);
+            (
+                read_output(&out),
+                read_rejects(&out),
+                report,
+                read_batch_records(&out),
+            )
         } else {
-            (Vec::new(), Vec::new(), serde_json::Value::Null)
+            (Vec::new(), Vec::new(), serde_json::Value::Null, Vec::new())
         };
         Baseline {
             run,
             output,
             rejects,
             report,
+            batch_records,
             success_marker,
             files,
         }
