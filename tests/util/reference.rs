@@ -13,7 +13,7 @@ use arrow::datatypes::{DataType, Float32Type, Int32Type};
 use super::{labels, model, python, read_batches, repo, sample, OutRow};
 
 /// A reference prediction: label, label id and score.
-pub type Reference = (String, i32, f32);
+pub type ReferencePrediction = (String, i32, f32);
 
 /// Starts the reference over the sample, writing Parquet to `out`, so it
 /// can run while the binary does.
@@ -36,7 +36,7 @@ pub fn start_reference(out: &Path) -> Child {
 
 /// Waits for the reference started into `out` and reads its predictions
 /// by id.
-pub fn finish_reference(child: Child, out: &Path) -> HashMap<String, Reference> {
+pub fn finish_reference(child: Child, out: &Path) -> HashMap<String, ReferencePrediction> {
     let done = child.wait_with_output().expect("waiting for the reference");
     assert!(
         done.status.success(),
@@ -69,7 +69,10 @@ pub fn finish_reference(child: Child, out: &Path) -> HashMap<String, Reference> 
 }
 
 /// Every output row has the reference's label and a score within 1e-4.
-pub fn assert_matches_reference(output: &[OutRow], reference: &HashMap<String, Reference>) {
+pub fn assert_matches_reference(
+    output: &[OutRow],
+    reference: &HashMap<String, ReferencePrediction>,
+) {
     let differ: Vec<String> = output
         .iter()
         .filter(|row| {
