@@ -207,6 +207,10 @@ struct MetricsArgs {
     /// it `*.prom` in the collector's directory) [default: none].
     #[arg(long, value_name = "PATH")]
     metrics_file: Option<PathBuf>,
+    /// Seconds between rewrites of `--metrics-file` during the run (match
+    /// your scrape interval).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = positive_seconds)]
+    metrics_every: f64,
     /// Push Prometheus metrics to this Pushgateway (e.g.
     /// http://pushgateway:9091) every minute and at the end; plain HTTP
     /// [default: none].
@@ -222,6 +226,7 @@ impl MetricsArgs {
     fn targets(&self, pipeline: &std::path::Path, shard: ShardSpec) -> metrics::MetricsTargets {
         metrics::MetricsTargets {
             file: self.metrics_file.as_deref().map(|f| shard_file(f, shard)),
+            file_every: std::time::Duration::from_secs_f64(self.metrics_every),
             pushgateway: self.pushgateway.clone(),
             job: self.pushgateway_job.clone(),
             pipeline: pipeline
@@ -230,6 +235,13 @@ impl MetricsArgs {
                 .unwrap_or_default(),
             shard: shard.is_sharded().then_some(shard),
         }
+    }
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(s),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
     }
 }
 

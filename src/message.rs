@@ -1,6 +1,7 @@
 //! The messages stages exchange. No stage imports another stage: they share
 //! only these types, sent over bounded crossbeam channels.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -445,6 +446,85 @@ pub struct BatchRecord {
     pub split_depth: u32,
     /// `None` on CPU (not zero): there is no caching allocator to read.
     pub memory: Option<MemoryStats>,
+}
+
+/// What the run has done so far, for the progress display and live
+/// metrics: the writers count each message as they take it (the batch
+/// records pass through them on their way to disk), so no stage shares
+/// more than these counters.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    rows_written: AtomicU64,
+    rows_rejected: AtomicU64,
+    batches: AtomicU64,
+    segments: AtomicU64,
+    padded_segments: AtomicU64,
+    /// Forward passes of pieces split after an out-of-memory.
+    split_batches: AtomicU64,
+    /// Highest allocator peaks seen in any batch (bytes; 0 on CPU).
+    allocated_peak: AtomicU64,
+    reserved_peak: AtomicU64,
+}
+
+/// A copy of [`LiveCounters`] at one moment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LiveSnapshot {
+    pub rows_written: u64,
+    pub rows_rejected: u64,
+    pub batches: u64,
+    pub segments: u64,
+    pub padded_segments: u64,
+    pub split_batches: u64,
+    /// `None` on CPU: no batch carried allocator statistics.
+    pub allocated_peak: Option<u64>,
+    pub reserved_peak: Option<u64>,
+}
+
+impl LiveCounters {
+    pub fn add_rows(&self, rows: usize) {
+        self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_rejects(&self, rows: usize) {
+        self.rows_rejected.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_batch(&self, record: &BatchRecord) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.segments
+            .fetch_add(record.segments as u64, Ordering::Relaxed);
+        self.padded_segments
+            .fetch_add(record.padded_segments as u64, Ordering::Relaxed);
+        if record.split_depth > 0 {
+            self.split_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(memory) = &record.memory {
+            let bytes = |v: i64| u64::try_from(v).unwrap_or(0);
+            self.allocated_peak
+                .fetch_max(bytes(memory.allocated_peak), Ordering::Relaxed);
+            self.reserved_peak
+                .fetch_max(bytes(memory.reserved_peak), Ordering::Relaxed);
+        }
+    }
+
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written.load(Ordering::Relaxed)
+    }
+
+    pub fn snapshot(&self) -> LiveSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let peak = |counter: &AtomicU64| Some(load(counter)).filter(|&v| v > 0);
+        LiveSnapshot {
+            rows_written: load(&self.rows_written),
+            rows_rejected: load(&self.rows_rejected),
+            batches: load(&self.batches),
+            segments: load(&self.segments),
+            padded_segments: load(&self.padded_segments),
+            split_batches: load(&self.split_batches),
+            allocated_peak: peak(&self.allocated_peak),
+            reserved_peak: peak(&self.reserved_peak),
+        }
+    }
 }
 
 /// What the model worker reports when it ends: its batches summed, not

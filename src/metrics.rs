@@ -10,17 +10,15 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::{Counter, CounterVec, Encoder, Gauge, Opts, Registry, TextEncoder};
 
-use crate::message::ShardSpec;
+use crate::message::{LiveSnapshot, ShardSpec};
 use crate::report::RunReport;
 
-/// How often the file is rewritten during a run.
-const FILE_EVERY: Duration = Duration::from_secs(5);
 /// How often the Pushgateway is pushed to during a run.
 const PUSH_EVERY: Duration = Duration::from_secs(60);
 /// A push that takes longer is abandoned (and retried at the next one).
@@ -33,6 +31,8 @@ const LAST_SUCCESS: &str = "segpredict_last_success_timestamp_seconds";
 #[derive(Debug, Clone, Default)]
 pub struct MetricsTargets {
     pub file: Option<PathBuf>,
+    /// How often the file is rewritten during a run.
+    pub file_every: Duration,
     /// The Pushgateway's base URL, e.g. `http://pushgateway:9091`.
     pub pushgateway: Option<String>,
     /// The `job` grouping label of pushes.
@@ -64,14 +64,31 @@ pub enum MetricsError {
     },
 }
 
-/// Rows known while the run goes on; the progress display keeps them.
-static ROWS_IN: AtomicU64 = AtomicU64::new(0);
-static ROWS_PREDICTED: AtomicU64 = AtomicU64::new(0);
+/// What the run has done so far and its rows in; the progress display
+/// keeps it current.
+static LIVE: Mutex<(LiveSnapshot, u64)> = Mutex::new((
+    LiveSnapshot {
+        rows_written: 0,
+        rows_rejected: 0,
+        batches: 0,
+        segments: 0,
+        padded_segments: 0,
+        split_batches: 0,
+        allocated_peak: None,
+        reserved_peak: None,
+    },
+    0,
+));
 
 /// Called by the progress display on every tick.
-pub fn note_progress(rows_predicted: u64, rows_in: u64) {
-    ROWS_PREDICTED.store(rows_predicted, Ordering::Relaxed);
-    ROWS_IN.store(rows_in, Ordering::Relaxed);
+pub fn note_progress(done: LiveSnapshot, rows_in: u64) {
+    if let Ok(mut live) = LIVE.lock() {
+        *live = (done, rows_in);
+    }
+}
+
+fn live_progress() -> (LiveSnapshot, u64) {
+    LIVE.lock().map_or_else(|e| *e.into_inner(), |live| *live)
 }
 
 /// The exporter thread of one run.
@@ -153,7 +170,7 @@ fn export_live(
     let mut last_push: Option<Instant> = None;
     let due = |last: Option<Instant>, every: Duration| last.is_none_or(|t| t.elapsed() >= every);
     while !stop.load(Ordering::Relaxed) {
-        let file_due = targets.file.is_some() && due(last_file, FILE_EVERY);
+        let file_due = targets.file.is_some() && due(last_file, targets.file_every);
         let push_due = targets.pushgateway.is_some() && due(last_push, PUSH_EVERY);
         if file_due || push_due {
             let text = match live_metrics(targets, started, true) {
@@ -285,27 +302,10 @@ fn live_metrics(
     let metrics = Metrics::new(targets)?;
     common(&metrics, started, running)?;
     let elapsed = started.elapsed().map_or(0.0, |d| d.as_secs_f64());
-    let predicted = ROWS_PREDICTED.load(Ordering::Relaxed) as f64;
-    metrics.set(
-        "segpredict_rows_in",
-        "Rows in the run's input.",
-        ROWS_IN.load(Ordering::Relaxed) as f64,
-    )?;
-    metrics.set(
-        "segpredict_rows_predicted_total",
-        "Rows predicted and written.",
-        predicted,
-    )?;
-    metrics.set(
-        "segpredict_run_duration_seconds",
-        "Wall time of the run so far.",
-        elapsed,
-    )?;
-    metrics.set(
-        "segpredict_rows_per_second",
-        "Rows predicted per second of wall time.",
-        predicted / elapsed.max(1e-9),
-    )?;
+    let (done, rows_in) = live_progress();
+    for (name, help, value) in live_values(&done, rows_in, elapsed) {
+        metrics.set(name, help, value)?;
+    }
     if !running {
         metrics.set(
             "segpredict_last_run_success",
@@ -314,6 +314,80 @@ fn live_metrics(
         )?;
     }
     Ok(metrics.text()?)
+}
+
+/// Name, help and value of what is known during a run, under the names a
+/// completed run exports them by, so a dashboard reads one series.
+fn live_values(
+    done: &LiveSnapshot,
+    rows_in: u64,
+    elapsed_s: f64,
+) -> Vec<(&'static str, &'static str, f64)> {
+    let mut values = vec![
+        (
+            "segpredict_rows_in",
+            "Rows in the run's input.",
+            rows_in as f64,
+        ),
+        (
+            "segpredict_rows_predicted_total",
+            "Rows predicted and written.",
+            done.rows_written as f64,
+        ),
+        (
+            "segpredict_rows_rejected_total",
+            "Rows rejected (see _rejects.parquet).",
+            done.rows_rejected as f64,
+        ),
+        (
+            "segpredict_segments_total",
+            "Segments predicted.",
+            done.segments as f64,
+        ),
+        (
+            "segpredict_padding_segments_total",
+            "Zero segments added to pad batches to size classes.",
+            done.padded_segments.saturating_sub(done.segments) as f64,
+        ),
+        (
+            "segpredict_batches_total",
+            "Forward passes.",
+            done.batches as f64,
+        ),
+        (
+            "segpredict_split_batches_total",
+            "Forward passes of pieces split after an out-of-memory.",
+            done.split_batches as f64,
+        ),
+        (
+            "segpredict_run_duration_seconds",
+            "Wall time of the run so far.",
+            elapsed_s,
+        ),
+        (
+            "segpredict_rows_per_second",
+            "Rows predicted per second of wall time.",
+            done.rows_written as f64 / elapsed_s.max(1e-9),
+        ),
+        (
+            "segpredict_segments_per_second",
+            "Segments predicted per second of wall time.",
+            done.segments as f64 / elapsed_s.max(1e-9),
+        ),
+    ];
+    if let (Some(allocated), Some(reserved)) = (done.allocated_peak, done.reserved_peak) {
+        values.push((
+            "segpredict_gpu_memory_allocated_peak_bytes",
+            "Peak device memory allocated by tensors.",
+            allocated as f64,
+        ));
+        values.push((
+            "segpredict_gpu_memory_reserved_peak_bytes",
+            "Peak device memory reserved by the caching allocator.",
+            reserved as f64,
+        ));
+    }
+    values
 }
 
 /// A metric read from a completed run's report; `None` leaves it out (no
@@ -522,6 +596,47 @@ fn path_segment(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_values_carry_what_the_writers_counted_under_the_final_names() {
+        let done = LiveSnapshot {
+            rows_written: 90,
+            rows_rejected: 10,
+            batches: 3,
+            segments: 1000,
+            padded_segments: 1200,
+            split_batches: 1,
+            allocated_peak: Some(5 << 20),
+            reserved_peak: Some(6 << 20),
+        };
+        let values: std::collections::HashMap<&str, f64> = live_values(&done, 100, 2.0)
+            .into_iter()
+            .map(|(name, _, value)| (name, value))
+            .collect();
+        assert_eq!(values["segpredict_rows_in"], 100.0);
+        assert_eq!(values["segpredict_rows_rejected_total"], 10.0);
+        assert_eq!(values["segpredict_padding_segments_total"], 200.0);
+        assert_eq!(values["segpredict_segments_per_second"], 500.0);
+        assert_eq!(
+            values["segpredict_gpu_memory_reserved_peak_bytes"],
+            6.0 * 1048576.0
+        );
+        let final_names: Vec<&str> = FROM_REPORT.iter().map(|(name, _, _)| *name).collect();
+        for name in values
+            .keys()
+            .filter(|n| **n != "segpredict_split_batches_total")
+        {
+            assert!(final_names.contains(name), "{name} is not a final metric");
+        }
+        let on_cpu = LiveSnapshot {
+            allocated_peak: None,
+            reserved_peak: None,
+            ..done
+        };
+        assert!(live_values(&on_cpu, 100, 2.0)
+            .iter()
+            .all(|(name, _, _)| !name.contains("gpu_memory")));
+    }
 
     #[test]
     fn a_sharded_run_labels_every_metric_with_its_shard() {

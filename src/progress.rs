@@ -1,25 +1,24 @@
 //! The progress display: a bar for a person at a terminal, a log line every
 //! half minute for a batch job's log (and for `--log-format json`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::message::LiveCounters;
 
 const TICK: Duration = Duration::from_millis(200);
 const LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// Shows `rows_written` of `total_rows` until `done` or `cancel` is set.
-pub fn show_progress(
-    total_rows: u64,
-    rows_written: &AtomicU64,
-    done: &AtomicBool,
-    cancel: &AtomicBool,
-) {
+/// Shows the rows written of `total_rows` until `done` or `cancel` is set,
+/// and hands what the run has done to the live metrics.
+pub fn show_progress(total_rows: u64, live: &LiveCounters, done: &AtomicBool, cancel: &AtomicBool) {
     let bar = crate::logging::draws_progress_bar().then(|| terminal_bar(total_rows));
     let mut last_log = Instant::now();
     while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
-        let rows = rows_written.load(Ordering::Relaxed);
-        crate::metrics::note_progress(rows, total_rows);
+        let snapshot = live.snapshot();
+        let rows = snapshot.rows_written;
+        crate::metrics::note_progress(snapshot, total_rows);
         match &bar {
             Some(bar) => bar.set_position(rows),
             None if last_log.elapsed() >= LOG_EVERY => {
@@ -32,7 +31,7 @@ pub fn show_progress(
     match bar {
         Some(bar) => bar.finish_and_clear(),
         // The log's last progress line says where the stages ended.
-        None => log_progress(rows_written.load(Ordering::Relaxed), total_rows),
+        None => log_progress(live.rows_written(), total_rows),
     }
 }
 

@@ -563,3 +563,44 @@ fn the_binary_finds_libtorch_without_ld_library_path() {
     );
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("segpredict "));
 }
+
+/// During a run the metrics file already says how far it got: batches,
+/// segments and rows, under the names the final export uses.
+#[test]
+fn metrics_file_shows_batches_and_rows_while_the_run_goes_on() {
+    let dir = tmp();
+    let file = dir.path().join("segpredict.prom");
+    let out = dir.path().join("out");
+    let pipeline = slowed(&sample(), &out).write(&dir.path().join("p.toml"));
+    let mut child = spawn(
+        &pipeline,
+        &[
+            "--metrics-file",
+            file.to_str().unwrap(),
+            "--metrics-every",
+            "0.1",
+        ],
+    );
+    let live_with_batches = || {
+        std::fs::read_to_string(&file).is_ok_and(|text| {
+            text.contains("segpredict_run_in_progress 1")
+                && text
+                    .lines()
+                    .any(|l| l.starts_with("segpredict_batches_total ") && !l.ends_with(" 0"))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let running = wait_until(&mut child, deadline, live_with_batches);
+    assert!(running, "the run ended before a live export with batches");
+    let samples = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(samples["segpredict_rows_in"], SAMPLE_ROWS as f64);
+    assert!(samples["segpredict_batches_total"] >= 1.0);
+    assert!(samples["segpredict_segments_total"] >= 1.0);
+    assert!(samples["segpredict_rows_predicted_total"] < SAMPLE_ROWS as f64);
+    assert!(!samples.contains_key("segpredict_gpu_memory_reserved_peak_bytes"));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let done = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(done["segpredict_run_in_progress"], 0.0);
+    assert_eq!(done["segpredict_rows_predicted_total"], SAMPLE_ROWS as f64);
+}

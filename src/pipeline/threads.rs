@@ -1,7 +1,7 @@
 //! The stage threads in one scope: each stage spawned with its channels,
 //! all joined, the first error kept.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
 
@@ -10,7 +10,9 @@ use crossbeam_channel::bounded;
 
 use crate::bucketing::run_bucketing;
 use crate::config::PipelineConfig;
-use crate::message::{BucketingReport, ReaderStats, WorkerReport, WriterMsg, WriterReport};
+use crate::message::{
+    BucketingReport, LiveCounters, ReaderStats, WorkerReport, WriterMsg, WriterReport,
+};
 use crate::progress::show_progress;
 use crate::reader::{self, ReadPlan, UnitQueue};
 use crate::report::StageReports;
@@ -47,7 +49,7 @@ pub(super) fn run_stages(
         id_kind: plan.id_kind,
         labels: model.labels(),
         sources: plan.sources.clone(),
-        rows_written: Arc::new(AtomicU64::new(0)),
+        live: Arc::new(LiveCounters::default()),
     };
     let decode_pool = &config.readers.decode_pool()?;
     let units = &UnitQueue::new(plan);
@@ -64,8 +66,8 @@ pub(super) fn run_stages(
     // Outside the scope so the progress thread may borrow it.
     let stages_done = &AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let rows = &schema.rows_written;
-        let progress = scope.spawn(|| show_progress(plan.total_rows, rows, stages_done, cancel));
+        let live = &schema.live;
+        let progress = scope.spawn(|| show_progress(plan.total_rows, live, stages_done, cancel));
         let reports = spawn_stages(scope, shared, model).join(cancel);
         stages_done.store(true, Ordering::Relaxed);
         let _ = progress.join();

@@ -29,7 +29,7 @@ use serde::Deserialize;
 pub use layout::{AttemptNames, OutputLayout, BATCHES};
 pub use thread::run_writer;
 
-use crate::message::{IdKind, Sources};
+use crate::message::{IdKind, LiveCounters, Sources};
 
 /// `[writers]`: where predictions go.
 #[derive(Debug, Clone, Deserialize)]
@@ -125,8 +125,9 @@ pub struct OutputSchema {
     pub id_kind: IdKind,
     pub labels: Arc<Vec<String>>,
     pub sources: Sources,
-    /// Rows written so far by all writers, read by the progress display.
-    pub rows_written: Arc<std::sync::atomic::AtomicU64>,
+    /// What all writers took so far, read by the progress display and the
+    /// live metrics.
+    pub live: Arc<LiveCounters>,
 }
 
 impl WriterConfig {

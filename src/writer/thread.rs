@@ -105,9 +105,7 @@ impl Open<'_> {
             WriterMsg::Predictions(p) => {
                 self.write_predictions(&p)?;
                 report.rows += p.rows.len() as u64;
-                self.schema
-                    .rows_written
-                    .fetch_add(p.rows.len() as u64, Ordering::Relaxed);
+                self.schema.live.add_rows(p.rows.len());
                 if self.part_is_full() {
                     self.commit_part(&mut report.files)?;
                 }
@@ -116,8 +114,10 @@ impl Open<'_> {
                 self.write_rejects(&rejects)?;
                 count_rejects(&mut report.reject_kinds, &rejects);
                 report.rejects += rejects.len() as u64;
+                self.schema.live.add_rejects(rejects.len());
             }
             WriterMsg::Batch(record) => {
+                self.schema.live.add_batch(&record);
                 self.write_batch_record(record)?;
                 report.batch_records += 1;
             }
