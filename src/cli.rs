@@ -238,10 +238,14 @@ impl MetricsArgs {
     }
 }
 
-fn positive_seconds(text: &str) -> Result<f64, String> {
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a positive number of seconds")]
+struct NotSeconds(String);
+
+fn positive_seconds(text: &str) -> Result<f64, NotSeconds> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(s),
-        _ => Err(format!("`{text}` is not a positive number of seconds")),
+        _ => Err(NotSeconds(text.to_string())),
     }
 }
 

@@ -316,78 +316,89 @@ fn live_metrics(
     Ok(metrics.text()?)
 }
 
+/// What is known during a run: the writers' counts, the rows in, the time.
+struct Live {
+    done: LiveSnapshot,
+    rows_in: u64,
+    elapsed_s: f64,
+}
+
+type FromLive = fn(&Live) -> Option<f64>;
+
 /// Name, help and value of what is known during a run, under the names a
-/// completed run exports them by, so a dashboard reads one series.
+/// completed run exports them by, so a dashboard reads one series; `None`
+/// leaves it out (no device memory on CPU).
+const FROM_LIVE: &[(&str, &str, FromLive)] = &[
+    ("segpredict_rows_in", "Rows in the run's input.", |l| {
+        Some(l.rows_in as f64)
+    }),
+    (
+        "segpredict_rows_predicted_total",
+        "Rows predicted and written.",
+        |l| Some(l.done.rows_written as f64),
+    ),
+    (
+        "segpredict_rows_rejected_total",
+        "Rows rejected (see _rejects.parquet).",
+        |l| Some(l.done.rows_rejected as f64),
+    ),
+    ("segpredict_segments_total", "Segments predicted.", |l| {
+        Some(l.done.segments as f64)
+    }),
+    (
+        "segpredict_padding_segments_total",
+        "Zero segments added to pad batches to size classes.",
+        |l| Some(l.done.padded_segments.saturating_sub(l.done.segments) as f64),
+    ),
+    ("segpredict_batches_total", "Forward passes.", |l| {
+        Some(l.done.batches as f64)
+    }),
+    (
+        "segpredict_split_batches_total",
+        "Forward passes of pieces split after an out-of-memory.",
+        |l| Some(l.done.split_batches as f64),
+    ),
+    (
+        "segpredict_gpu_memory_allocated_peak_bytes",
+        "Peak device memory allocated by tensors.",
+        |l| l.done.allocated_peak.map(|b| b as f64),
+    ),
+    (
+        "segpredict_gpu_memory_reserved_peak_bytes",
+        "Peak device memory reserved by the caching allocator.",
+        |l| l.done.reserved_peak.map(|b| b as f64),
+    ),
+    (
+        "segpredict_run_duration_seconds",
+        "Wall time of the run so far.",
+        |l| Some(l.elapsed_s),
+    ),
+    (
+        "segpredict_rows_per_second",
+        "Rows predicted per second of wall time.",
+        |l| Some(l.done.rows_written as f64 / l.elapsed_s.max(1e-9)),
+    ),
+    (
+        "segpredict_segments_per_second",
+        "Segments predicted per second of wall time.",
+        |l| Some(l.done.segments as f64 / l.elapsed_s.max(1e-9)),
+    ),
+];
+
 fn live_values(
     done: &LiveSnapshot,
     rows_in: u64,
     elapsed_s: f64,
 ) -> Vec<(&'static str, &'static str, f64)> {
-    let mut values = vec![
-        (
-            "segpredict_rows_in",
-            "Rows in the run's input.",
-            rows_in as f64,
-        ),
-        (
-            "segpredict_rows_predicted_total",
-            "Rows predicted and written.",
-            done.rows_written as f64,
-        ),
-        (
-            "segpredict_rows_rejected_total",
-            "Rows rejected (see _rejects.parquet).",
-            done.rows_rejected as f64,
-        ),
-        (
-            "segpredict_segments_total",
-            "Segments predicted.",
-            done.segments as f64,
-        ),
-        (
-            "segpredict_padding_segments_total",
-            "Zero segments added to pad batches to size classes.",
-            done.padded_segments.saturating_sub(done.segments) as f64,
-        ),
-        (
-            "segpredict_batches_total",
-            "Forward passes.",
-            done.batches as f64,
-        ),
-        (
-            "segpredict_split_batches_total",
-            "Forward passes of pieces split after an out-of-memory.",
-            done.split_batches as f64,
-        ),
-        (
-            "segpredict_run_duration_seconds",
-            "Wall time of the run so far.",
-            elapsed_s,
-        ),
-        (
-            "segpredict_rows_per_second",
-            "Rows predicted per second of wall time.",
-            done.rows_written as f64 / elapsed_s.max(1e-9),
-        ),
-        (
-            "segpredict_segments_per_second",
-            "Segments predicted per second of wall time.",
-            done.segments as f64 / elapsed_s.max(1e-9),
-        ),
-    ];
-    if let (Some(allocated), Some(reserved)) = (done.allocated_peak, done.reserved_peak) {
-        values.push((
-            "segpredict_gpu_memory_allocated_peak_bytes",
-            "Peak device memory allocated by tensors.",
-            allocated as f64,
-        ));
-        values.push((
-            "segpredict_gpu_memory_reserved_peak_bytes",
-            "Peak device memory reserved by the caching allocator.",
-            reserved as f64,
-        ));
-    }
-    values
+    let live = Live {
+        done: *done,
+        rows_in,
+        elapsed_s,
+    };
+    FROM_LIVE
+        .iter()
+        .filter_map(|(name, help, value)| value(&live).map(|v| (*name, *help, v)))
+        .collect()
 }
 
 /// A metric read from a completed run's report; `None` leaves it out (no
