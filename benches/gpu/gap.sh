@@ -54,7 +54,7 @@ stamp() { date +%s.%N; }
 # AOTInductor one takes the package (its dtype, bf16, is the package's).
 sed -e "s|^path = \"../../models/digits-seed.pt\"|path = \"$MODEL\"|" \
     -e "s|^labels = .*|labels = \"$LABELS\"|" "$HERE/seed-budget.toml" > "$WORK/seed-budget.toml"
-sed -e "s|^path = .*|path = \"$AOTI_PACKAGE\"|" "$WORK/seed-budget.toml" > "$WORK/seed-budget-aoti.toml"
+sed -e "s|^path = \"[^\"]*\\.pt\"|path = \"$AOTI_PACKAGE\"|" "$WORK/seed-budget.toml" > "$WORK/seed-budget-aoti.toml"
 config_of() { if [ "$1" = aoti ]; then echo "$WORK/seed-budget-aoti.toml"; else echo "$WORK/seed-budget.toml"; fi; }
 name_of() { if [ "$1" = aoti ]; then echo segpredict-aoti; else echo segpredict; fi; }
 
