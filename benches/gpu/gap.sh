@@ -20,6 +20,7 @@
 # a CUDA bf16 AOTInductor package of the same model; built here with
 # tools/make_models.py --aoti --device cuda --dtype bf16 when the file is
 # missing, since a package is compiled for the machine that runs it).
+# GPU_MEMORY_BACKENDS limits the --gpu-memory runs to some backends.
 # ROUNDS=0 runs only what comes before the rounds (data, package, the
 # --gpu-memory runs), so a later call on the same machine (same WORK) can
 # reuse them: the data and the package are kept when they are already there.
@@ -29,7 +30,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-out/gap}; ROWS=${ROWS:-1000000}; ROUNDS=${ROUNDS:-3}; EXTRA=${EXTRA:-1}; PROFILE=${PROFILE:-1}
 PROFILE_ROWS=${PROFILE_ROWS:-20000}; BACKENDS=${BACKENDS:-torchscript}
-GPU_MEMORY=${GPU_MEMORY:-}; MEMORY_ROWS=${MEMORY_ROWS:-200000}
+GPU_MEMORY=${GPU_MEMORY:-}; MEMORY_ROWS=${MEMORY_ROWS:-200000}; GPU_MEMORY_BACKENDS=${GPU_MEMORY_BACKENDS:-}
 BIN=$(realpath "${SEGPREDICT:?set SEGPREDICT to the segpredict binary}")
 MODEL=$(realpath "${MODEL:-models/digits-seed.pt}"); LABELS=$(realpath "${LABELS:-${MODEL%.pt}.labels.txt}")
 MAKE_MODELS=${MAKE_MODELS:-$HERE/../../tools/make_models.py}
@@ -68,8 +69,9 @@ DATA_PID=$!
 if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
   echo "== AOTInductor package (tools/make_models.py --aoti --device cuda --dtype bf16)"
   t0=$(stamp)
-  $PY "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" > "$WORK/make-package.log" 2>&1 \
-    || { echo "!! package build failed"; rm -f "$AOTI_PACKAGE"; }
+  # -X faulthandler: a crash in compiled code still says where Python was.
+  $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" \
+    > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
   tail -3 "$WORK/make-package.log"; echo "package built in $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
 fi
 has_backend aoti && [ -s "$AOTI_PACKAGE" ] && ls -la "$AOTI_PACKAGE"
@@ -111,19 +113,26 @@ if [ "$PROFILE" = 1 ]; then
 fi
 
 echo "== warm-up (untimed, $PROFILE_ROWS rows): each backend and the careful pipeline"
+# A backend whose warm-up fails is left out of the rounds (said here), so the others still run.
 for backend in $BACKENDS; do
-  "$BIN" run "$(config_of "$backend")" --input "$WORK/profile.parquet" --output "$WORK/warm-$backend" --overwrite > "$WORK/warm-$backend.log" 2>&1 \
-    || { echo "!! warm-up $backend exit $?"; tail -5 "$WORK/warm-$backend.log"; }
-  echo "warm-up $backend: $(grep -E "segments/s" "$WORK/warm-$backend.log" | head -1)"
+  if "$BIN" run "$(config_of "$backend")" --input "$WORK/profile.parquet" --output "$WORK/warm-$backend" --overwrite > "$WORK/warm-$backend.log" 2>&1; then
+    echo "warm-up $backend: $(grep -E "segments/s" "$WORK/warm-$backend.log" | head -1)"
+  else
+    echo "!! warm-up $backend exit $?: left out of the rounds"; tail -5 "$WORK/warm-$backend.log"
+    BACKENDS=$(echo " $BACKENDS " | sed "s/ $backend / /g")
+  fi
+  cp "$WORK/warm-$backend.log" "$RUNS/"
 done
 $PY "$HERE/plain_pytorch.py" --model "$MODEL" --labels "$LABELS" --input "$WORK/profile.parquet" --output "$WORK/warm-careful.parquet" \
-  --policy budget --budget 16384 --dtype bf16 --careful --channels-last > "$WORK/warm-careful.log" 2>&1 || echo "!! warm-up careful failed"
+  --policy budget --budget 16384 --dtype bf16 --careful --channels-last --json "$WORK/warm-careful.json" > "$WORK/warm-careful.log" 2>&1 \
+  || { echo "!! warm-up careful failed"; tail -5 "$WORK/warm-careful.log"; }
 
 if [ -n "$GPU_MEMORY" ]; then
   echo "== --gpu-memory $GPU_MEMORY, $MEMORY_ROWS rows, each backend"
   rm -rf "${WORK:?}/gpumem"/*
   target=$($PY -c "import sys;n=sys.argv[1];u={'KiB':2**10,'MiB':2**20,'GiB':2**30,'KB':1e3,'MB':1e6,'GB':1e9};k=next((k for k in u if n.endswith(k)),'');print(int(float(n[:len(n)-len(k)])*u.get(k,1)))" "$GPU_MEMORY")
-  for backend in $BACKENDS; do
+  for backend in ${GPU_MEMORY_BACKENDS:-$BACKENDS}; do
+    has_backend "$backend" || continue
     name=gpumem-$(name_of "$backend")
     "$BIN" run "$(config_of "$backend")" --input "$WORK/memory.parquet" --output "$WORK/$name" --overwrite --gpu-memory "$GPU_MEMORY" \
       > "$WORK/gpumem/$name.log" 2>&1 || { echo "!! $name exit $?"; tail -5 "$WORK/gpumem/$name.log"; }
@@ -150,6 +159,7 @@ for round in $(seq "$ROUNDS"); do
     segpredict "$(name_of "$backend")-$round" "$backend"
   done
   baseline "careful-$round" --careful --channels-last
+  tar -czf "$OUT/runs.tar.gz" -C "$RUNS" .  # what a run cut short still brings back
 done
 
 echo "== labels: segpredict round 1 (each backend) against careful round 1"
@@ -168,10 +178,10 @@ done
 echo "== the model alone at the budget's size classes"
 CLASSES=$($PY -c "import json;print(' '.join(map(str,json.load(open('$RUNS/segpredict-1.json'))['size_classes'])))" 2>/dev/null || echo "1024 2048 4096 8192 12288 16384")
 $PY "$HERE/model_ceiling.py" --model "$MODEL" --layouts channels_last --benchmark off --streams 1 2 \
-  --segments $CLASSES --iters 120 --json "$RUNS/ceiling.json"
+  --segments $CLASSES --iters "${CEILING_ITERS:-120}" --json "$RUNS/ceiling.json"
 if has_backend aoti; then
   $PY "$HERE/model_ceiling.py" --aoti "$AOTI_PACKAGE" --streams 1 2 \
-    --segments $CLASSES --iters 120 --json "$RUNS/ceiling-aoti.json"
+    --segments $CLASSES --iters "${CEILING_ITERS:-120}" --json "$RUNS/ceiling-aoti.json"
 fi
 
 summarise
