@@ -101,3 +101,74 @@ fn cuda_requested_without_a_gpu_is_one_line() {
         run.describe()
     );
 }
+
+/// `--local-shards all` on CUDA: one shard process per GPU, each seeing only
+/// its own GPU, whose outputs together are one single-process run's. With
+/// one GPU `all` would start one shard, so the test asks for at least two
+/// shards: on a single-GPU machine two shards share GPU 0 (round robin), on
+/// a machine with N >= 2 GPUs each of the N shards gets its own.
+#[test]
+#[ignore = "needs a CUDA GPU; run with just test-gpu"]
+fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
+    require_cuda();
+    let gpus = tch::Cuda::device_count() as usize;
+    let shards = gpus.max(2);
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 200);
+    let ids = ids_of(&read_input(&input));
+    let single_out = dir.path().join("single");
+    Pipeline::new(&input, &single_out)
+        .run(&["--device", "cuda"])
+        .expect_code(0);
+    let single = read_output(&single_out);
+    let out = dir.path().join("local");
+    let count = if gpus >= 2 {
+        "all".to_string()
+    } else {
+        shards.to_string()
+    };
+    let run = Pipeline::new(&input, &out).run(&["--device", "cuda", "--local-shards", &count]);
+    run.expect_code(0);
+    assert!(out.join("_SUCCESS").is_file(), "{}", run.describe());
+    let output = read_output(&out);
+    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
+    let single_by_id = by_id(&single);
+    for row in &output {
+        let want = single_by_id[row.id.as_str()];
+        // f32 on the same GPU model; the shards' batches hold other rows
+        // (other padded shapes), so scores may differ in the last bits.
+        assert!(
+            row.label_id == want.label_id && (row.score - want.score).abs() <= 1e-3,
+            "id {}: label_id {} score {}, single process {} {}",
+            row.id,
+            row.label_id,
+            row.score,
+            want.label_id,
+            want.score
+        );
+    }
+    let report = read_report(&out);
+    let reports = report["shards"].as_array().expect("one report per shard");
+    assert_eq!(reports.len(), shards, "{report}");
+    let mut seen: Vec<(String, String)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r["shard"].as_str().unwrap_or("").to_string(),
+                r["cuda_visible_devices"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let expected: Vec<(String, String)> = (0..shards)
+        .map(|i| (format!("{i}/{shards}"), (i % gpus).to_string()))
+        .collect();
+    assert_eq!(seen, expected, "shard -> CUDA_VISIBLE_DEVICES");
+    for r in reports {
+        assert_eq!(r["device"], "cuda:0", "each shard sees one GPU: {r}");
+        assert!(
+            r["memory"]["peak_reserved_bytes"].as_i64().unwrap_or(0) > 0,
+            "{r}"
+        );
+    }
+}

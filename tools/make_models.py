@@ -201,7 +201,13 @@ class ExportableDigitsSmall(DigitsSmall):
 
 
 class ExportableDigitsSeed(DigitsSeed):
-    """DigitsSeed with the segment total traceable by torch.export (see ExportableDigitsSmall)."""
+    """DigitsSeed with the segment total traceable by torch.export (see ExportableDigitsSmall).
+
+    The per-row sums use `index_put_(..., accumulate=True)`, which is `index_add_` along dim 0
+    with the same result: inductor compiles it (an atomic-add kernel), whereas `index_add`
+    has no AOTInductor C shim and runs through the package's proxy executor, which crashed
+    (SIGSEGV) when the CUDA bf16 package was first run on the H200 (2026-12-03).
+    """
 
     def forward(
         self, segments: torch.Tensor, segment_counts: torch.Tensor, tags: torch.Tensor, tag_counts: torch.Tensor
@@ -216,11 +222,11 @@ class ExportableDigitsSeed(DigitsSeed):
             torch.arange(r, dtype=torch.int64, device=segments.device), segment_counts, output_size=n
         )
         pooled = torch.zeros(r, 256, dtype=f.dtype, device=f.device)
-        pooled.index_add_(0, row, f)
+        pooled.index_put_((row,), f, accumulate=True)
         tag_row = torch.repeat_interleave(
             torch.arange(r, dtype=torch.int64, device=segments.device), tag_counts, output_size=tags.size(0)
         )
-        pooled.index_add_(0, tag_row, self.tag_emb(tags))
+        pooled.index_put_((tag_row,), self.tag_emb(tags), accumulate=True)
         return self.head(pooled)
 
 

@@ -26,6 +26,13 @@ measured wall time minus that ideal:
   padding        the model alone's time for the padding segments
   below budget   the model alone at smaller shapes runs fewer segments a
                  second than at the budget (size classes, end-of-input flush)
+
+A run with "aoti" in its name (segpredict-aoti-N: an AOTInductor package) is
+accounted against the package alone (ceiling-aoti.json, layout "aoti") when
+that was measured, else against the TorchScript ceiling; the table also gives
+each pipeline's fraction of the TorchScript model alone. gpumem-NAME.json
+(a run with --gpu-memory, NAME.target holding the target in bytes) are
+checked against their target, not accounted.
 """
 
 from __future__ import annotations
@@ -36,11 +43,11 @@ import sys
 from pathlib import Path
 
 
-def ceiling_curve(ceiling: dict):
+def ceiling_curve(ceiling: dict, layout: str = "channels_last"):
     """shape -> (best segs/s over streams, 1-stream device ms median, p90, 2-stream segs/s)."""
     by_shape: dict[int, dict] = {}
     for r in ceiling["results"]:
-        if r["layout"] != "channels_last" or r["cudnn_benchmark"]:
+        if r["layout"] != layout or r["cudnn_benchmark"]:
             continue
         d = by_shape.setdefault(r["segments"], {})
         d[f"sps_{r['streams']}"] = r["segments_per_s"]
@@ -120,6 +127,7 @@ def account(name: str, data: dict, ext: tuple[float, float] | None, curve, budge
             "ceiling_device_ms": c.get("device_ms"), "ceiling_best_ms": round(ideal_seconds(curve, shape) * 1e3, 3),
             "launch_ms_median": round(statistics.median(r.get("launch_ms", 0) for r in rs), 3),
         })
+    growth = growth_events(records, (data.get("memory") or {}).get("warmup_batches"))
     gaps = []
     ordered = sorted(records, key=lambda r: r["queued_at_ms"])
     for a, b in zip(ordered, ordered[1:]):
@@ -146,7 +154,29 @@ def account(name: str, data: dict, ext: tuple[float, float] | None, curve, budge
         "launch_ms_median": round(statistics.median(r.get("launch_ms", 0) for r in records), 3),
         "per_shape": per_shape,
         "memory": data.get("memory"),
+        "growth_events": growth,
     }
+
+
+def growth_events(records, warmup):
+    """The batches after the warm-up whose reserved peak passed every earlier
+    batch's (the report's count), each with what it was: its shape, rows,
+    flush reason, growth in MiB, and whether it was the first of its shape."""
+    if warmup is None or not records or "memory" not in records[0]:
+        return None
+    seen, high, out = set(), 0, []
+    for i, r in enumerate(records):
+        m = r.get("memory") or {}
+        first = r["padded_segments"] not in seen
+        seen.add(r["padded_segments"])
+        peak = m.get("reserved_peak", 0)
+        if peak > high:
+            if i >= warmup:
+                out.append({"batch": i, "padded_segments": r["padded_segments"], "rows": r["rows"],
+                            "flush_reason": r.get("flush_reason"), "growth_mib": round((peak - high) / 2**20, 1),
+                            "first_of_its_shape": first})
+            high = peak
+    return out
 
 
 def load_ext(path: Path):
@@ -160,19 +190,84 @@ def median_of(accounts, key):
     return statistics.median(a[key] for a in accounts)
 
 
+def mib(b) -> str:
+    return f"{b / 2**20:,.0f}" if b is not None else "-"
+
+
+def memory_lines(gs: dict, budget: int) -> list[str]:
+    """Per pipeline and round: growth events after warm-up, peak allocated and
+    reserved, their ratio, and p90/median of per-batch device time at the budget shape."""
+    lines = ["\nMemory and per-batch device time at the budget shape, each round:\n",
+             "| pipeline | round | growth events after warm-up (warm-up batches) | peak allocated MiB | "
+             "peak reserved MiB | reserved / allocated | p90 / median device ms at the budget shape |",
+             "|---|---|---|---|---|---|---|"]
+    notes = []
+    for g, s in gs.items():
+        for i, (m, a) in enumerate(zip(s["memory_rounds"], s["rounds"]), 1):
+            p = s["budget_shape_p90_over_median"][i - 1]
+            if not m:
+                lines.append(f"| {g} | {i} | - | - | - | - | {p if p is not None else '-'} |")
+                continue
+            ratio = m["peak_reserved_bytes"] / max(m["peak_allocated_bytes"], 1)
+            for e in a.get("growth_events") or []:
+                notes.append(f"{g} round {i}: growth at batch {e['batch']} ({e['padded_segments']} segments padded, "
+                             f"{e['rows']} rows, {e['flush_reason']}, +{e['growth_mib']} MiB, "
+                             f"{'first' if e['first_of_its_shape'] else 'not the first'} batch of its shape)")
+            lines.append(f"| {g} | {i} | {m.get('reserved_growth_events_after_warmup')} ({m.get('warmup_batches', '-')}) | "
+                         f"{mib(m['peak_allocated_bytes'])} | {mib(m['peak_reserved_bytes'])} | {ratio:.3f} | "
+                         f"{p if p is not None else '-'} |")
+    return lines + ([""] + notes if notes else [])
+
+
+def gpu_memory_lines(runs: Path, summary: dict) -> list[str]:
+    """Runs with --gpu-memory: peak reserved against the target."""
+    lines, checks = [], {}
+    for path in sorted(runs.glob("gpumem-*.json")):
+        data = json.loads(path.read_text())
+        target_file = runs / f"{path.stem}.target"
+        target = int(target_file.read_text()) if target_file.exists() else (data.get("calibration") or {}).get("target_bytes")
+        m = data.get("memory") or {}
+        peak = m.get("peak_reserved_bytes")
+        if not target or peak is None:
+            continue
+        cal = data.get("calibration") or {}
+        checks[path.stem] = {
+            "target_bytes": target, "peak_reserved_bytes": peak, "peak_allocated_bytes": m.get("peak_allocated_bytes"),
+            "off_target": round(peak / target - 1, 4), "max_segments": data.get("max_segments"),
+            "calibrated_peak_reserved": cal.get("measured_peak_reserved"),
+            "growth_events_after_warmup": m.get("reserved_growth_events_after_warmup"),
+            "segments_per_s": round(data.get("segments_per_s", 0)),
+        }
+    if checks:
+        summary["gpu_memory"] = checks
+        lines += ["\n--gpu-memory runs: peak reserved over the whole run against the target:\n",
+                  "| run | target MiB | budget (segments) | peak reserved MiB | off target | peak allocated MiB | "
+                  "growth events after warm-up | segs/s |", "|---|---|---|---|---|---|---|---|"]
+        for k, c in checks.items():
+            lines.append(f"| {k} | {mib(c['target_bytes'])} | {c['max_segments']} | {mib(c['peak_reserved_bytes'])} | "
+                         f"{c['off_target']:+.1%} | {mib(c['peak_allocated_bytes'])} | {c['growth_events_after_warmup']} | "
+                         f"{c['segments_per_s']:,} |")
+    return lines
+
+
 def main() -> None:
     runs, out = Path(sys.argv[1]), Path(sys.argv[2])
     curve = ceiling_curve(json.loads((runs / "ceiling.json").read_text()))
     budget = max(curve)
+    aoti_file = runs / "ceiling-aoti.json"
+    aoti_curve = ceiling_curve(json.loads(aoti_file.read_text()), "aoti") if aoti_file.exists() else {}
+    if budget not in aoti_curve:
+        aoti_curve = {}
+    curve_of = lambda group: aoti_curve if ("aoti" in group and aoti_curve) else curve  # noqa: E731
     groups: dict[str, list] = {}
     for path in sorted(runs.glob("*.json")):
-        if path.stem.endswith(".ids") or path.stem == "ceiling":
+        if path.stem.endswith(".ids") or path.stem.startswith(("ceiling", "gpumem-")):
             continue
         data = json.loads(path.read_text())
         if not data.get("batch_records") or "queued_at_ms" not in data["batch_records"][0]:
             continue
         group = path.stem.rsplit("-", 1)[0] if path.stem[-1].isdigit() else path.stem
-        acc = account(path.stem, data, load_ext(runs / f"{path.stem}.ext"), curve, budget)
+        acc = account(path.stem, data, load_ext(runs / f"{path.stem}.ext"), curve_of(group), budget)
         ids = runs / f"{path.stem}.ids.json"
         if ids.exists():
             acc["output_check"] = json.loads(ids.read_text())
@@ -181,33 +276,52 @@ def main() -> None:
     summary = {"ceiling": {str(k): v for k, v in curve.items()}, "budget_shape": budget, "ceiling_best_sps": best_ceiling,
                "groups": {}}
     lines = []
-    lines.append(f"ceiling at the budget shape {budget}: 1 stream {curve[budget].get('sps_1'):,} / "
-                 f"2 streams {curve[budget].get('sps_2', 0):,} segs/s; device {curve[budget]['device_ms']} ms per batch (1 stream)")
+    for name, c in [("TorchScript model alone (channels-last)", curve), ("AOTInductor package alone", aoti_curve)]:
+        if c:
+            lines.append(f"{name} at the budget shape {budget}: 1 stream {c[budget].get('sps_1'):,} / "
+                         f"2 streams {c[budget].get('sps_2', 0):,} segs/s; device {c[budget]['device_ms']} ms per batch (1 stream)")
+    if aoti_curve:
+        summary["aoti_ceiling"] = {str(k): v for k, v in aoti_curve.items()}
+        summary["aoti_ceiling_best_sps"] = aoti_curve[budget]["best_sps"]
     lines.append("")
-    lines.append("| pipeline | rounds | segs/s (median, run clock) | segs/s (process) | of ceiling | time to first batch s |")
-    lines.append("|---|---|---|---|---|---|")
+    lines.append("| pipeline | rounds | segs/s (median, run clock) | segs/s (process) | of its model alone | "
+                 "of the TorchScript model alone | time to first batch s |")
+    lines.append("|---|---|---|---|---|---|---|")
     for g, accs in groups.items():
         med = median_of(accs, "segments_per_s")
         medp = median_of(accs, "segments_per_s_process")
+        own = curve_of(g)[budget]["best_sps"]
         summary["groups"][g] = {
             "rounds": accs,
             "segments_per_s_median": med,
             "segments_per_s_process_median": medp,
-            "fraction_of_ceiling": round(med / best_ceiling, 4),
-            "fraction_of_ceiling_process": round(medp / best_ceiling, 4),
+            "ceiling": "aoti" if curve_of(g) is aoti_curve else "torchscript",
+            "fraction_of_ceiling": round(med / own, 4),
+            "fraction_of_ceiling_process": round(medp / own, 4),
+            "fraction_of_torchscript_ceiling": round(med / best_ceiling, 4),
             "terms_median_s": {k: round(statistics.median(a["terms_s"][k] for a in accs), 3) for k in accs[0]["terms_s"]},
             "time_to_first_batch_s_median": median_of(accs, "time_to_first_batch_s"),
+            "budget_shape_p90_over_median": [
+                next((s["p90_over_median"] for s in a["per_shape"] if s["shape"] == budget), None) for a in accs],
+            "memory_rounds": [a["memory"] for a in accs],
         }
         each = ", ".join(f"{a['segments_per_s']:,}" for a in accs)
         lines.append(f"| {g} | {len(accs)} | {med:,.0f} ({each}) | {medp:,.0f} | "
-                     f"{med / best_ceiling:.3f} | {summary['groups'][g]['time_to_first_batch_s_median']:.2f} |")
+                     f"{med / own:.3f} | {med / best_ceiling:.3f} | {summary['groups'][g]['time_to_first_batch_s_median']:.2f} |")
     gs = summary["groups"]
+    summary["ratios"] = {}
+    pairs = [(a, "careful") for a in gs if a.startswith("segpredict")] + [("segpredict-aoti", "segpredict")]
+    for a, b in pairs:
+        if a in gs and b in gs:
+            r = gs[a]["segments_per_s_median"] / gs[b]["segments_per_s_median"]
+            rp = gs[a]["segments_per_s_process_median"] / gs[b]["segments_per_s_process_median"]
+            summary["ratios"][f"{a}/{b}"] = {"run_clock": round(r, 4), "process_wall": round(rp, 4)}
+            lines.append(f"\n{a} / {b}: {r:.3f}x (run clocks), {rp:.3f}x (process wall)")
     if "segpredict" in gs and "careful" in gs:
-        r = gs["segpredict"]["segments_per_s_median"] / gs["careful"]["segments_per_s_median"]
-        rp = gs["segpredict"]["segments_per_s_process_median"] / gs["careful"]["segments_per_s_process_median"]
-        summary["segpredict_over_careful"] = round(r, 4)
-        summary["segpredict_over_careful_process"] = round(rp, 4)
-        lines.append(f"\nsegpredict / careful plain PyTorch: {r:.3f}x (run clocks), {rp:.3f}x (process wall)")
+        summary["segpredict_over_careful"] = summary["ratios"]["segpredict/careful"]["run_clock"]
+        summary["segpredict_over_careful_process"] = summary["ratios"]["segpredict/careful"]["process_wall"]
+    lines += memory_lines(gs, budget)
+    lines += gpu_memory_lines(runs, summary)
     lines.append("\nGap terms, seconds (median over rounds; they add up to process wall minus the ideal):\n")
     names = list(groups)
     lines.append("| term | " + " | ".join(names) + " |")

@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
-# The gap account (issue 12), one script, one run on the GPU machine:
-#   1,000,000 rows from make_data.py; ROUNDS rounds, alternating, of
-#   segpredict (seed-budget.toml) and the careful plain-PyTorch pipeline
-#   (plain_pytorch.py --careful: reader thread, log2 buckets under 16,384
-#   unpadded, pinned non-blocking uploads, channels-last bf16, next batch
-#   queued before the last one's answers are read, writer thread); the
-#   weaker plain pipeline once (EXTRA=1); the model alone at every size class
-#   of the budget, one and two streams; a profiler trace of the careful
-#   pipeline; then gap.py splits each pipeline's time beyond the model
-#   alone into terms.
+# The gap account (issues 10 and 12), one script, run on the GPU machine:
+#   ROWS rows from make_data.py; ROUNDS rounds, alternating, of segpredict
+#   (seed-budget.toml) with each model backend in BACKENDS and the careful
+#   plain-PyTorch pipeline (plain_pytorch.py --careful: reader thread, log2
+#   buckets under 16,384 unpadded, pinned non-blocking uploads, channels-last
+#   bf16, next batch queued before the last one's answers are read, writer
+#   thread); the weaker plain pipeline once (EXTRA=1); the model alone at
+#   every size class of the budget, one and two streams, for TorchScript and
+#   (with aoti in BACKENDS) for the AOTInductor package; a profiler trace of
+#   the careful pipeline (PROFILE=1); with GPU_MEMORY set, one run per backend
+#   with `--gpu-memory $GPU_MEMORY` over MEMORY_ROWS rows; then gap.py splits
+#   each pipeline's time beyond the model alone into terms and tabulates
+#   memory.
 #
 #   SEGPREDICT=target/release/segpredict MODEL=models/digits-seed.pt bash benches/gpu/gap.sh
+#   BACKENDS="torchscript aoti" GPU_MEMORY=6GiB PROFILE=0 EXTRA=0 ... bash benches/gpu/gap.sh
+#
+# BACKENDS: torchscript (MODEL, a TorchScript file) and/or aoti (AOTI_PACKAGE,
+# a CUDA bf16 AOTInductor package of the same model; built here with
+# tools/make_models.py --aoti --device cuda --dtype bf16 when the file is
+# missing, since a package is compiled for the machine that runs it).
+# GPU_MEMORY_BACKENDS limits the --gpu-memory runs to some backends.
+# ROUNDS=0 runs only what comes before the rounds (data, package, the
+# --gpu-memory runs), so a later call on the same machine (same WORK) can
+# reuse them: the data and the package are kept when they are already there.
 # Results go to $OUT (or out/gap): gap.md, gap.json, runs.tar.gz, gap-log.txt,
 # careful-profile.txt, careful-trace.json.gz.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-OUT=${OUT:-out/gap}; ROWS=${ROWS:-1000000}; ROUNDS=${ROUNDS:-3}; EXTRA=${EXTRA:-1}; PROFILE_ROWS=${PROFILE_ROWS:-20000}
+OUT=${OUT:-out/gap}; ROWS=${ROWS:-1000000}; ROUNDS=${ROUNDS:-3}; EXTRA=${EXTRA:-1}; PROFILE=${PROFILE:-1}
+PROFILE_ROWS=${PROFILE_ROWS:-20000}; BACKENDS=${BACKENDS:-torchscript}
+GPU_MEMORY=${GPU_MEMORY:-}; MEMORY_ROWS=${MEMORY_ROWS:-200000}; GPU_MEMORY_BACKENDS=${GPU_MEMORY_BACKENDS:-}
 BIN=$(realpath "${SEGPREDICT:?set SEGPREDICT to the segpredict binary}")
 MODEL=$(realpath "${MODEL:-models/digits-seed.pt}"); LABELS=$(realpath "${LABELS:-${MODEL%.pt}.labels.txt}")
+MAKE_MODELS=${MAKE_MODELS:-$HERE/../../tools/make_models.py}
 PY=${PYTHON:-python3}; WORK=${WORK:-/tmp/segpredict-gap}; RUNS=$WORK/runs
+AOTI_PACKAGE=${AOTI_PACKAGE:-$WORK/digits-seed.cuda.bf16.pt2}
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT" "$RUNS"; rm -rf "${RUNS:?}"/*
+mkdir -p "$OUT" "$RUNS" "$WORK/gpumem"; rm -rf "${RUNS:?}"/*
 exec > >(tee "$OUT/gap-log.txt") 2>&1
 
 echo "== machine"; date -u
@@ -29,18 +46,41 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 echo "cores $(nproc); $(free -g | awk '/Mem/{print $2" GiB"}'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "nsys: $(command -v nsys || echo none)"; "$BIN" --version
 $PY -c "import torch,pyarrow;print('torch',torch.__version__,'pyarrow',pyarrow.__version__)"
+echo "backends: $BACKENDS; rows $ROWS; rounds $ROUNDS; gpu memory target ${GPU_MEMORY:-none}"
 
-# The pipeline file with the model's absolute paths (the repo's refers to models/).
+has_backend() { [[ " $BACKENDS " == *" $1 "* ]]; }
+stamp() { date +%s.%N; }
+
+# The pipeline files with absolute paths (the repo's refers to models/); the
+# AOTInductor one takes the package (its dtype, bf16, is the package's).
 sed -e "s|^path = \"../../models/digits-seed.pt\"|path = \"$MODEL\"|" \
     -e "s|^labels = .*|labels = \"$LABELS\"|" "$HERE/seed-budget.toml" > "$WORK/seed-budget.toml"
+sed -e "s|^path = \"[^\"]*\\.pt\"|path = \"$AOTI_PACKAGE\"|" "$WORK/seed-budget.toml" > "$WORK/seed-budget-aoti.toml"
+config_of() { if [ "$1" = aoti ]; then echo "$WORK/seed-budget-aoti.toml"; else echo "$WORK/seed-budget.toml"; fi; }
+name_of() { if [ "$1" = aoti ]; then echo segpredict-aoti; else echo segpredict; fi; }
 
+rows_of() { $PY -c "import pyarrow.parquet as pq,sys;print(pq.ParquetFile(sys.argv[1]).metadata.num_rows)" "$1" 2>/dev/null || echo 0; }
+make_data() { # ROWS FILE: kept when it already holds ROWS rows
+  if [ "$(rows_of "$2")" = "$1" ]; then echo "kept $2 ($1 rows)"; else $PY "$HERE/make_data.py" --rows "$1" --out "$2"; fi
+}
 echo "== data"
-$PY "$HERE/make_data.py" --rows "$ROWS" --out "$WORK/input.parquet"
-$PY "$HERE/make_data.py" --rows "$PROFILE_ROWS" --out "$WORK/profile.parquet"
+make_data "$ROWS" "$WORK/input.parquet" &
+DATA_PID=$!
+if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
+  echo "== AOTInductor package (tools/make_models.py --aoti --device cuda --dtype bf16)"
+  t0=$(stamp)
+  # -X faulthandler: a crash in compiled code still says where Python was.
+  $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" \
+    > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
+  tail -3 "$WORK/make-package.log"; echo "package built in $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
+fi
+has_backend aoti && [ -s "$AOTI_PACKAGE" ] && ls -la "$AOTI_PACKAGE"
+wait $DATA_PID
+make_data "$PROFILE_ROWS" "$WORK/profile.parquet"
+[ -n "$GPU_MEMORY" ] && make_data "$MEMORY_ROWS" "$WORK/memory.parquet"
 
-stamp() { date +%s.%N; }
-check_ids() { # NAME OUTPUT(dir or file)
-  $PY - "$1" "$2" "$WORK/input.parquet" "$RUNS" <<'PY'
+check_ids() { # NAME OUTPUT(dir or file) INPUT
+  $PY - "$1" "$2" "$3" "$RUNS" <<'PY'
 import json, sys, pyarrow.dataset as ds, pyarrow.parquet as pq
 name, out, inp, runs = sys.argv[1:]
 ids = ds.dataset(out, format="parquet").to_table(columns=["id"]).column("id").to_pylist()
@@ -48,12 +88,12 @@ n_in = pq.ParquetFile(inp).metadata.num_rows
 json.dump({"input_rows": n_in, "output_rows": len(ids), "unique_ids": len(set(ids))}, open(f"{runs}/{name}.ids.json", "w"))
 PY
 }
-segpredict() { # NAME
-  local t0 t1; t0=$(stamp)
-  "$BIN" run "$WORK/seed-budget.toml" --input "$WORK/input.parquet" --output "$WORK/$1" --overwrite > "$RUNS/$1.log" 2>&1
-  local rc=$?; t1=$(stamp); echo "$t0 $t1" > "$RUNS/$1.ext"
-  grep -E "segments/s|GPU busy" "$RUNS/$1.log" | head -3; [ $rc -eq 0 ] || { echo "!! $1 exit $rc"; tail -5 "$RUNS/$1.log"; }
-  [ -f "$WORK/$1/_report.json" ] && $PY "$HERE/report_with_batches.py" "$WORK/$1" "$RUNS/$1.json" && check_ids "$1" "$WORK/$1"
+segpredict() { # NAME BACKEND [ARGS...]
+  local name=$1 backend=$2 t0 t1; shift 2; t0=$(stamp)
+  "$BIN" run "$(config_of "$backend")" --input "$WORK/input.parquet" --output "$WORK/$name" --overwrite "$@" > "$RUNS/$name.log" 2>&1
+  local rc=$?; t1=$(stamp); echo "$t0 $t1" > "$RUNS/$name.ext"
+  echo "$name: $(grep -E "segments/s" "$RUNS/$name.log" | head -1)"; [ $rc -eq 0 ] || { echo "!! $name exit $rc"; tail -5 "$RUNS/$name.log"; }
+  [ -f "$WORK/$name/_report.json" ] && $PY "$HERE/report_with_batches.py" "$WORK/$name" "$RUNS/$name.json" && check_ids "$name" "$WORK/$name" "$WORK/input.parquet"
 }
 baseline() { # NAME ARGS...
   local name=$1 t0 t1; shift; t0=$(stamp)
@@ -61,43 +101,93 @@ baseline() { # NAME ARGS...
     --output "$WORK/$name.parquet" --policy budget --budget 16384 --dtype bf16 --json "$RUNS/$name.json" "$@" > "$RUNS/$name.log" 2>&1
   local rc=$?; t1=$(stamp); echo "$t0 $t1" > "$RUNS/$name.ext"
   tail -1 "$RUNS/$name.log"; [ $rc -eq 0 ] || echo "!! $name exit $rc"
-  [ -f "$WORK/$name.parquet" ] && check_ids "$name" "$WORK/$name.parquet"
+  [ -f "$WORK/$name.parquet" ] && check_ids "$name" "$WORK/$name.parquet" "$WORK/input.parquet"
 }
 
-# First, so the libraries are in the page cache before any timed round.
-echo "== profile (careful pipeline, $PROFILE_ROWS rows, PyTorch profiler)"
-$PY "$HERE/profile_careful.py" --model "$MODEL" --labels "$LABELS" --input "$WORK/profile.parquet" --out "$WORK/profile" \
-  > "$RUNS/profile.log" 2>&1 || { echo "!! profile failed"; tail -5 "$RUNS/profile.log"; }
-cp "$WORK/profile/careful-profile.txt" "$WORK/profile/careful-trace.json.gz" "$OUT/" 2>/dev/null
+# Untimed first runs, so the libraries are in the page cache before any timed round.
+if [ "$PROFILE" = 1 ]; then
+  echo "== profile (careful pipeline, $PROFILE_ROWS rows, PyTorch profiler)"
+  $PY "$HERE/profile_careful.py" --model "$MODEL" --labels "$LABELS" --input "$WORK/profile.parquet" --out "$WORK/profile" \
+    > "$RUNS/profile.log" 2>&1 || { echo "!! profile failed"; tail -5 "$RUNS/profile.log"; }
+  cp "$WORK/profile/careful-profile.txt" "$WORK/profile/careful-trace.json.gz" "$OUT/" 2>/dev/null
+fi
 
+echo "== warm-up (untimed, $PROFILE_ROWS rows): each backend and the careful pipeline"
+# A backend whose warm-up fails is left out of the rounds (said here), so the others still run.
+for backend in $BACKENDS; do
+  if "$BIN" run "$(config_of "$backend")" --input "$WORK/profile.parquet" --output "$WORK/warm-$backend" --overwrite > "$WORK/warm-$backend.log" 2>&1; then
+    echo "warm-up $backend: $(grep -E "segments/s" "$WORK/warm-$backend.log" | head -1)"
+  else
+    echo "!! warm-up $backend exit $?: left out of the rounds"; tail -5 "$WORK/warm-$backend.log"
+    BACKENDS=$(echo " $BACKENDS " | sed "s/ $backend / /g")
+  fi
+  cp "$WORK/warm-$backend.log" "$RUNS/"
+done
+$PY "$HERE/plain_pytorch.py" --model "$MODEL" --labels "$LABELS" --input "$WORK/profile.parquet" --output "$WORK/warm-careful.parquet" \
+  --policy budget --budget 16384 --dtype bf16 --careful --channels-last --json "$WORK/warm-careful.json" > "$WORK/warm-careful.log" 2>&1 \
+  || { echo "!! warm-up careful failed"; tail -5 "$WORK/warm-careful.log"; }
+
+if [ -n "$GPU_MEMORY" ]; then
+  echo "== --gpu-memory $GPU_MEMORY, $MEMORY_ROWS rows, each backend"
+  rm -rf "${WORK:?}/gpumem"/*
+  target=$($PY -c "import sys;n=sys.argv[1];u={'KiB':2**10,'MiB':2**20,'GiB':2**30,'KB':1e3,'MB':1e6,'GB':1e9};k=next((k for k in u if n.endswith(k)),'');print(int(float(n[:len(n)-len(k)])*u.get(k,1)))" "$GPU_MEMORY")
+  for backend in ${GPU_MEMORY_BACKENDS:-$BACKENDS}; do
+    has_backend "$backend" || continue
+    name=gpumem-$(name_of "$backend")
+    "$BIN" run "$(config_of "$backend")" --input "$WORK/memory.parquet" --output "$WORK/$name" --overwrite --gpu-memory "$GPU_MEMORY" \
+      > "$WORK/gpumem/$name.log" 2>&1 || { echo "!! $name exit $?"; tail -5 "$WORK/gpumem/$name.log"; }
+    echo "$name: $(grep -E "segments/s" "$WORK/gpumem/$name.log" | head -1)"
+    cp "$WORK/$name/_report.json" "$WORK/gpumem/$name.json" 2>/dev/null && echo "$target" > "$WORK/gpumem/$name.target"
+    RUNS=$WORK/gpumem check_ids "$name" "$WORK/$name" "$WORK/memory.parquet"
+  done
+fi
+
+summarise() {
+  cp "$WORK"/gpumem/* "$RUNS/" 2>/dev/null
+  cp "$WORK/make-package.log" "$RUNS/" 2>/dev/null
+  tar -czf "$OUT/runs.tar.gz" -C "$RUNS" .; echo "== gap"; $PY "$HERE/gap.py" "$RUNS" "$OUT"
+}
+if [ "$ROUNDS" = 0 ]; then
+  cp "$WORK"/gpumem/* "$RUNS/" 2>/dev/null; cp "$WORK/make-package.log" "$RUNS/" 2>/dev/null
+  tar -czf "$OUT/runs.tar.gz" -C "$RUNS" .
+  exit 0
+fi
 
 for round in $(seq "$ROUNDS"); do
   echo "== round $round"
-  segpredict "segpredict-$round"
+  for backend in $BACKENDS; do
+    segpredict "$(name_of "$backend")-$round" "$backend"
+  done
   baseline "careful-$round" --careful --channels-last
+  tar -czf "$OUT/runs.tar.gz" -C "$RUNS" .  # what a run cut short still brings back
 done
 
-echo "== labels: segpredict round 1 against careful round 1"
-$PY - "$WORK/segpredict-1" "$WORK/careful-1.parquet" <<'PY' | tee "$RUNS/labels.txt"
+echo "== labels: segpredict round 1 (each backend) against careful round 1"
+for backend in $BACKENDS; do
+  $PY - "$WORK/$(name_of "$backend")-1" "$WORK/careful-1.parquet" "$(name_of "$backend")" <<'PY' | tee -a "$RUNS/labels.txt"
 import sys, pyarrow.dataset as ds
 def load(p):
     t = ds.dataset(p, format="parquet").to_table(columns=["id", "label_id"])
     return dict(zip(t.column("id").to_pylist(), t.column("label_id").to_pylist()))
 a, b = load(sys.argv[1]), load(sys.argv[2])
 same = sum(a[k] == b.get(k) for k in a)
-print(f"rows {len(a)} / {len(b)}; same label {same} ({same / max(len(a), 1):.5f})")
+print(f"{sys.argv[3]}: rows {len(a)} / {len(b)}; same label as careful {same} ({same / max(len(a), 1):.5f})")
 PY
+done
 
 echo "== the model alone at the budget's size classes"
 CLASSES=$($PY -c "import json;print(' '.join(map(str,json.load(open('$RUNS/segpredict-1.json'))['size_classes'])))" 2>/dev/null || echo "1024 2048 4096 8192 12288 16384")
 $PY "$HERE/model_ceiling.py" --model "$MODEL" --layouts channels_last --benchmark off --streams 1 2 \
-  --segments $CLASSES --iters 120 --json "$RUNS/ceiling.json"
+  --segments $CLASSES --iters "${CEILING_ITERS:-120}" --json "$RUNS/ceiling.json"
+if has_backend aoti; then
+  $PY "$HERE/model_ceiling.py" --aoti "$AOTI_PACKAGE" --streams 1 2 \
+    --segments $CLASSES --iters "${CEILING_ITERS:-120}" --json "$RUNS/ceiling-aoti.json"
+fi
 
-summarise() { tar -czf "$OUT/runs.tar.gz" -C "$RUNS" .; echo "== gap"; $PY "$HERE/gap.py" "$RUNS" "$OUT"; }
 summarise
 # Last, so a run cut short still has its account.
 if [ "$EXTRA" = 1 ]; then
   echo "== weaker baseline (one round): simple loop, log2 budget, channels-last"
   baseline python-simple-channels-last --channels-last
+  summarise
 fi
-[ "$EXTRA" = 1 ] && summarise

@@ -5,6 +5,13 @@ pipeline is measured against ("fraction of the model's compute limit").
     python benches/gpu/model_ceiling.py --model models/digits-seed.pt [--segments 16384] [--json out.json]
     python benches/gpu/model_ceiling.py --model models/digits-seed.pt --layouts channels_last \
         --benchmark off --streams 1 2 --segments 1024 2048 4096 8192 12288 16384
+    python benches/gpu/model_ceiling.py --aoti digits-seed.cuda.bf16.pt2 --streams 1 2 --segments 16384
+
+With --aoti the model is an AOTInductor package (tools/make_models.py --aoti
+--device cuda --dtype bf16), loaded with torch._inductor.aoti_load_package and
+called as segpredict calls it, (segments, counts, tags, tag_counts) at the
+package's dtype; its layouts were fixed when it was compiled, so its results
+carry layout "aoti" and cuDNN benchmark off.
 
 For each layout (NCHW weights, channels-last weights), cuDNN benchmark mode
 (off, on) and number of CUDA streams it reports segments/s over a run of
@@ -71,9 +78,16 @@ def measure(model, segments: int, rows: int, iters: int, n_streams: int = 1):
             "segments_per_s": round(segments * iters / wall)}
 
 
+def report(r: dict) -> None:
+    print(f"{r['layout']:>13} benchmark={str(r['cudnn_benchmark']):5} {r['segments']:>6} segs, {r['streams']} stream(s): "
+          f"device {r['device_ms_median']:7.2f} ms (p90 {r['device_ms_p90']:6.2f}), "
+          f"queue {r['queue_ms_median']:6.2f} ms, {r['segments_per_s']:>9,} segs/s", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", help="TorchScript model (.pt)")
+    ap.add_argument("--aoti", help="AOTInductor package (.pt2) instead of --model")
     ap.add_argument("--segments", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--rows", type=int, default=400)
     ap.add_argument("--iters", type=int, default=30)
@@ -82,9 +96,21 @@ def main() -> None:
     ap.add_argument("--streams", type=int, nargs="+", default=[1])
     ap.add_argument("--json")
     args = ap.parse_args()
+    if bool(args.model) == bool(args.aoti):
+        ap.error("give one of --model and --aoti")
     results = []
+    if args.aoti:
+        torch.backends.cudnn.benchmark = False
+        model = torch._inductor.aoti_load_package(args.aoti)
+        with torch.inference_mode():
+            for segments in args.segments:
+                for n_streams in args.streams:
+                    r = measure(model, segments, min(args.rows, segments), args.iters, n_streams)
+                    r.update(layout="aoti", cudnn_benchmark=False)
+                    results.append(r)
+                    report(r)
     with torch.inference_mode():
-        for channels_last in [layout == "channels_last" for layout in args.layouts]:
+        for channels_last in [layout == "channels_last" for layout in args.layouts] if args.model else []:
             for benchmark in [b == "on" for b in args.benchmark]:
                 torch.backends.cudnn.benchmark = benchmark
                 model = torch.jit.load(args.model, map_location="cuda").to(torch.bfloat16).eval()
@@ -95,9 +121,7 @@ def main() -> None:
                         r = measure(model, segments, min(args.rows, segments), args.iters, n_streams)
                         r.update(layout="channels_last" if channels_last else "nchw", cudnn_benchmark=benchmark)
                         results.append(r)
-                        print(f"{r['layout']:>13} benchmark={str(benchmark):5} {segments:>6} segs, {n_streams} stream(s): "
-                              f"device {r['device_ms_median']:7.2f} ms (p90 {r['device_ms_p90']:6.2f}), "
-                              f"queue {r['queue_ms_median']:6.2f} ms, {r['segments_per_s']:>9,} segs/s", flush=True)
+                        report(r)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f, indent=1)

@@ -30,6 +30,10 @@ pub struct RunReport {
     pub input: String,
     pub output: String,
     pub device: String,
+    /// `CUDA_VISIBLE_DEVICES` as this process saw it, on CUDA: which GPU of
+    /// the host `device` is (`--local-shards` gives each shard its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
     pub model_dtype: String,
     pub input_files: usize,
     /// Rows of the run's input (of this shard's units, for a shard).
@@ -236,6 +240,10 @@ impl RunReport {
             input: facts.input,
             output: facts.output,
             device: facts.device,
+            cuda_visible_devices: facts
+                .on_cuda
+                .then(|| std::env::var("CUDA_VISIBLE_DEVICES").ok())
+                .flatten(),
             model_dtype: facts.model_dtype,
             input_files: facts.input_files,
             rows_in: facts.rows_in,
