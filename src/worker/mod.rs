@@ -28,12 +28,11 @@ pub use device::{
     choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
 };
 use model::Model;
-use split::{split_in_half, unpadded, Split};
+use split::{reject_rows, split_in_half, unpadded, Split};
 pub use torch_error::TorchError;
 
 use crate::message::{
-    Batch, BatchRecord, InputSpec, MemoryStats, Predictions, Reject, RejectKind, WorkerReport,
-    WriterMsg,
+    Batch, BatchRecord, InputSpec, MemoryStats, Predictions, RejectKind, WorkerReport, WriterMsg,
 };
 
 /// `[model]`: the model file (TorchScript or AOTInductor package) and its
@@ -495,22 +494,14 @@ impl Worker {
             "the model failed on a batch; looking for the row(s) that fail alone");
         match split_in_half(batch) {
             Split::Halves(first, second) => {
-                Ok(self.run_batch(first, split_depth + 1, out, budget, report)?
-                    && self.run_batch(second, split_depth + 1, out, budget, report)?)
+                self.run_halves([first, second], split_depth, out, budget, report)
             }
-            Split::Lone(lone) => {
-                let rejects = lone
-                    .rows
-                    .into_iter()
-                    .map(|meta| Reject {
-                        id: Some(meta.id),
-                        origin: meta.origin,
-                        kind: RejectKind::ModelError,
-                        reason: format!("the model failed on this row: {}", error.cause()),
-                    })
-                    .collect();
-                Ok(out.send(WriterMsg::Rejects(rejects)).is_ok())
-            }
+            Split::Lone(lone) => Ok(reject_rows(
+                lone,
+                RejectKind::ModelError,
+                &format!("the model failed on this row: {}", error.cause()),
+                out,
+            )),
         }
     }
 
@@ -541,29 +532,36 @@ impl Worker {
         );
         match split_in_half(batch) {
             Split::Halves(first, second) => {
-                Ok(self.run_batch(first, split_depth + 1, out, budget, report)?
-                    && self.run_batch(second, split_depth + 1, out, budget, report)?)
+                self.run_halves([first, second], split_depth, out, budget, report)
             }
             Split::Lone(lone) if lone.padded_segments > lone.n_segments => {
                 self.run_batch(unpadded(lone), split_depth + 1, out, budget, report)
             }
             Split::Lone(lone) => {
-                let rejects = lone
-                    .rows
-                    .into_iter()
-                    .map(|meta| Reject {
-                        id: Some(meta.id),
-                        origin: meta.origin,
-                        kind: RejectKind::OomSingleRow,
-                        reason: format!(
-                            "out of memory on a row of {} segments alone: {}",
-                            lone.n_segments, error
-                        ),
-                    })
-                    .collect();
-                Ok(out.send(WriterMsg::Rejects(rejects)).is_ok())
+                let reason = format!(
+                    "out of memory on a row of {} segments alone: {}",
+                    lone.n_segments, error
+                );
+                Ok(reject_rows(lone, RejectKind::OomSingleRow, &reason, out))
             }
         }
+    }
+
+    /// Runs the two halves of a split batch one after the other.
+    fn run_halves(
+        &self,
+        halves: [Batch; 2],
+        split_depth: u32,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        for half in halves {
+            if !self.run_batch(half, split_depth + 1, out, budget, report)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {

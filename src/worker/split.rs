@@ -1,7 +1,9 @@
 //! Splitting a batch after an out-of-memory: halves of about equal
 //! segments, or a lone row without its padding.
 
-use crate::message::{Batch, BatchExtra, FlushReason};
+use crossbeam_channel::Sender;
+
+use crate::message::{Batch, BatchExtra, FlushReason, Reject, RejectKind, WriterMsg};
 
 /// A batch split for out-of-memory recovery.
 pub enum Split {
@@ -17,6 +19,22 @@ pub fn unpadded(mut batch: Batch) -> Batch {
     batch.padded_segments = batch.n_segments;
     batch.flush_reason = FlushReason::OomUnpadded;
     batch
+}
+
+/// Rejects every row of a batch that failed alone, with one reason; false
+/// when the writers have gone.
+pub fn reject_rows(lone: Batch, kind: RejectKind, reason: &str, out: &Sender<WriterMsg>) -> bool {
+    let rejects = lone
+        .rows
+        .into_iter()
+        .map(|meta| Reject {
+            id: Some(meta.id),
+            origin: meta.origin,
+            kind,
+            reason: reason.to_string(),
+        })
+        .collect();
+    out.send(WriterMsg::Rejects(rejects)).is_ok()
 }
 
 /// Splits a batch into two halves of about equal segments (unpadded: this is
