@@ -114,7 +114,15 @@ fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
     let gpus = tch::Cuda::device_count() as usize;
     let shards = gpus.max(2);
     let dir = tmp();
-    let input = sample_subset(dir.path(), "in.parquet", 200);
+    // Row groups of 25 rows: shards are dealt (file, row group) units, so one
+    // row group would give every row to shard 0 (seen on the H200).
+    let input = dir.path().join("in.parquet");
+    fixture(
+        "rowgroups",
+        &sample(),
+        &input,
+        &["--rows", "200", "--row-group-size", "25"],
+    );
     let ids = ids_of(&read_input(&input));
     let single_out = dir.path().join("single");
     Pipeline::new(&input, &single_out)
@@ -166,6 +174,10 @@ fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
     assert_eq!(seen, expected, "shard -> CUDA_VISIBLE_DEVICES");
     for r in reports {
         assert_eq!(r["device"], "cuda:0", "each shard sees one GPU: {r}");
+        assert!(
+            report_u64(r, "rows_out") > 0,
+            "every shard predicts rows: {r}"
+        );
         assert!(
             r["memory"]["peak_reserved_bytes"].as_i64().unwrap_or(0) > 0,
             "{r}"

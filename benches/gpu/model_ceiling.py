@@ -101,7 +101,8 @@ def main() -> None:
     results = []
     if args.aoti:
         torch.backends.cudnn.benchmark = False
-        model = torch._inductor.aoti_load_package(args.aoti)
+        # The device index, not the default -1: see load_package in tools/make_models.py.
+        model = torch._inductor.aoti_load_package(args.aoti, device_index=torch.cuda.current_device())
         with torch.inference_mode():
             for segments in args.segments:
                 for n_streams in args.streams:
