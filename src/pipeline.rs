@@ -12,7 +12,7 @@ mod threads;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -65,6 +65,37 @@ fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calib
     config.bucketing.max_segments = calibration.max_segments;
     config.bucketing.size_classes = Some(calibration.size_classes.clone());
     Ok(calibration)
+}
+
+/// The device's part of start-up: the budget calibrated (`max_segments =
+/// "auto"`), then the size classes warmed at the budget in force.
+fn prepare_device(
+    config: &mut PipelineConfig,
+    model: &Worker,
+) -> Result<(Option<Calibration>, Option<Duration>)> {
+    let calibration = match config.auto_budget {
+        true => Some(calibrate_budget(config, model)?),
+        false => None,
+    };
+    Ok((calibration, warm_size_classes(config, model)?))
+}
+
+/// Warms every size class the run will use (`[model] warm_size_classes`),
+/// on CUDA with padded batches only: on CPU, or unpadded, shapes are not
+/// few and there is no caching allocator to settle.
+fn warm_size_classes(config: &PipelineConfig, model: &Worker) -> Result<Option<Duration>> {
+    let padded = config.bucketing.pad_to_size_classes == Some(true);
+    if !(config.model.warm_size_classes && padded && model.device().is_cuda()) {
+        return Ok(None);
+    }
+    let classes = config.bucketing.effective_size_classes();
+    let took = model.warm_size_classes(&classes)?;
+    tracing::info!(
+        classes = classes.len(),
+        seconds = took.as_secs_f64(),
+        "warmed the size classes"
+    );
+    Ok(Some(took))
 }
 
 /// What `check` found: the run would start.
@@ -155,10 +186,7 @@ pub fn run(
     model.count_time_from(started);
     let mut config = config.clone();
     config.bucketing.settle_padding(model.device().is_cuda());
-    let calibration = match config.auto_budget {
-        true => Some(calibrate_budget(&mut config, &model)?),
-        false => None,
-    };
+    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
     tracing::info!(files = plan.sources.len(), rows = shard_rows,
         resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
         shard = %options.shard, attempt = layout.names().attempt,
@@ -166,7 +194,7 @@ pub fn run(
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let budget = AtomicUsize::new(Bucketer::<Row>::new(&config.bucketing)?.max_segments());
     let attempt = (layout, resumed, shard_rows, earlier);
-    let facts = run_facts(
+    let mut facts = run_facts(
         &config,
         &plan,
         &model,
@@ -174,6 +202,7 @@ pub fn run(
         calibration,
         &attempt,
     );
+    facts.warm_up_s = warm_up.map(|d| d.as_secs_f64());
     let (layout, ..) = attempt;
     let stages = threads::run_stages(&config, &plan, model, &budget, &cancel, &layout)?;
     if cancel.load(Ordering::Relaxed) {

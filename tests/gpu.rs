@@ -38,6 +38,10 @@ fn cuda_run_reports_memory_per_batch_and_matches_cpu_labels() {
         memory["peak_reserved_bytes"].as_i64().unwrap_or(0) > 0,
         "{report}"
     );
+    // Every size class ran once before the first row, so reserved memory
+    // never grows during the run.
+    assert!(report["warm_up_s"].as_f64().is_some(), "{report}");
+    assert_eq!(memory["reserved_growth_events_after_warmup"], 0, "{report}");
     for record in read_batch_records(&out) {
         let m = &record["memory"];
         assert!(

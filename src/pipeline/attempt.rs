@@ -96,6 +96,7 @@ pub(super) fn run_facts(
         skipped_files: plan.skipped.clone(),
         earlier_batches: earlier_batches.clone(),
         batches_file: crate::writer::BATCHES.to_string(),
+        warm_up_s: None,
     }
 }
 

@@ -80,6 +80,10 @@ pub struct RunReport {
     /// groups read and bucketed. Absent when no batch ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_batch_s: Option<f64>,
+    /// Seconds of that start-up spent warming the size classes (on CUDA,
+    /// padded, `[model] warm_size_classes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_up_s: Option<f64>,
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
@@ -227,6 +231,9 @@ pub struct RunFacts {
     pub earlier_batches: BatchTotals,
     /// `_batches.parquet`'s name in the output directory.
     pub batches_file: String,
+    /// Seconds spent warming the size classes before the first row (CUDA,
+    /// padded, `[model] warm_size_classes`).
+    pub warm_up_s: Option<f64>,
 }
 
 impl RunReport {
@@ -268,6 +275,7 @@ impl RunReport {
             oom_rejected_rows: stages.rejected_as(RejectKind::OomSingleRow),
             wall_s,
             time_to_first_batch_s: worker.batches.first_queued_ms.map(|ms| ms / 1e3),
+            warm_up_s: facts.warm_up_s,
             rows_per_s: stages.rows_out().saturating_add(stages.rows_rejected()) as f64
                 / wall_s.max(1e-9),
             segments_per_s: worker.batches.segments as f64 / wall_s.max(1e-9),

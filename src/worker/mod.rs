@@ -13,6 +13,7 @@ mod model;
 mod probe;
 pub mod split;
 mod torch_error;
+mod warm;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -90,6 +91,15 @@ pub struct ModelConfig {
     /// simple executor.
     #[serde(default = "default_true")]
     pub jit_profiling: bool,
+    /// On CUDA with padded batches: before the first row, run one synthetic
+    /// batch of every size class, largest first, so the caching allocator
+    /// reserves the run's peak and each shape's kernels (and cuDNN's
+    /// choices, with `cudnn_benchmark`) are settled before the run: device
+    /// memory does not grow during it, and a class that first appears late
+    /// (the end of the input) does not pay its first-shape cost there.
+    /// Costs one forward pass per size class at start-up. Default true.
+    #[serde(default = "default_true")]
+    pub warm_size_classes: bool,
     /// Testing aid: report a synthetic out-of-memory for every forward pass
     /// over more than this many (padded) segments, so recovery can be tested
     /// without a GPU. Default: none.
@@ -177,6 +187,12 @@ pub enum WorkerError {
         #[source]
         source: Box<TorchError>,
     },
+    #[error("warming the size classes at start-up: the model failed on a synthetic batch of {segments} segments")]
+    Warm {
+        segments: usize,
+        #[source]
+        source: TorchError,
+    },
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
     #[error(transparent)]
@@ -193,6 +209,7 @@ impl WorkerError {
             | WorkerError::ChannelsLast { source, .. }
             | WorkerError::Forward { source, .. } => !source.is_device_failure(),
             WorkerError::Probe { source, .. } => !source.is_device_failure(),
+            WorkerError::Warm { source, .. } => !source.is_device_failure(),
             WorkerError::NoCuda(_) | WorkerError::Stats(_) => false,
             WorkerError::ModelMissing { .. }
             | WorkerError::Aoti(_)
