@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,8 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, tuple[float, 
 
 
 def run_segpredict(bin_path: Path, pipeline: Path, big: Path, out: Path) -> dict:
+    # A finished run's folder makes the next run a no-op ("already complete"), even with --overwrite.
+    shutil.rmtree(out, ignore_errors=True)
     wall, load, cpu = timed([str(bin_path), "run", str(pipeline), "--input", str(big), "--output", str(out),
                              "--overwrite", "--device", "cpu"])
     report = json.loads((out / "_report.json").read_text())
@@ -109,7 +112,7 @@ def labels_of(path: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--times", type=int, default=5)
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release" / "segpredict")
     ap.add_argument("--pipeline", type=Path, default=ROOT / "pipelines" / "sample.toml")
