@@ -110,12 +110,16 @@ impl PipelineConfig {
     pub fn parse(text: &str) -> Result<Self, TomlError> {
         let error = |e| TomlError::new(text, e);
         let mut table: toml::Table = toml::from_str(text).map_err(error)?;
-        if !take_auto_budget(&mut table) {
+        let budget_given = has_budget(&table);
+        let mut config: Self = if take_auto_budget(&mut table) {
+            let mut config: Self = table.try_into().map_err(error)?;
+            config.auto_budget = true;
+            config
+        } else {
             // Straight from the text, so errors keep their line numbers.
-            return toml::from_str(text).map_err(error);
-        }
-        let mut config: Self = table.try_into().map_err(error)?;
-        config.auto_budget = true;
+            toml::from_str(text).map_err(error)?
+        };
+        config.bucketing.max_segments_given = budget_given;
         Ok(config)
     }
 
@@ -145,6 +149,7 @@ impl PipelineConfig {
         }
         if let Some(max_segments) = overrides.max_segments {
             self.bucketing.max_segments = max_segments;
+            self.bucketing.max_segments_given = true;
             self.auto_budget = false;
         }
         if let Some(threads) = overrides.threads {
@@ -174,6 +179,15 @@ fn lexically_normal(path: &Path) -> PathBuf {
         out.push(".");
     }
     out
+}
+
+/// Whether `[bucketing]` sets `max_segments` (a number or "auto"): if not,
+/// the run's device picks the default.
+fn has_budget(table: &toml::Table) -> bool {
+    table
+        .get("bucketing")
+        .and_then(toml::Value::as_table)
+        .is_some_and(|b| b.contains_key("max_segments"))
 }
 
 /// Replaces `max_segments = "auto"` with a placeholder budget (calibration
@@ -250,6 +264,25 @@ mod tests {
         });
         assert!(!config.auto_budget);
         assert_eq!(config.bucketing.max_segments, 2048);
+    }
+
+    #[test]
+    fn the_budget_defaults_by_device_unless_the_file_or_command_line_sets_it() {
+        use crate::bucketing::CPU_MAX_SEGMENTS;
+        let settled = |text: &str, on_cuda: bool, cli: Option<usize>| {
+            let mut config = PipelineConfig::parse(text).unwrap();
+            config.apply(&Overrides {
+                max_segments: cli,
+                ..Overrides::default()
+            });
+            config.bucketing.settle_for_device(on_cuda);
+            config.bucketing.max_segments
+        };
+        assert_eq!(settled(MINIMAL, true, None), 4096);
+        assert_eq!(settled(MINIMAL, false, None), CPU_MAX_SEGMENTS);
+        let given = MINIMAL.replace("[model]", "[bucketing]\nmax_segments = 4096\n[model]");
+        assert_eq!(settled(&given, false, None), 4096);
+        assert_eq!(settled(MINIMAL, false, Some(8192)), 8192);
     }
 
     #[test]

@@ -374,7 +374,7 @@ fn plan_config(
     // Padding's default follows the device the run would choose (padded on
     // CUDA, not on CPU), so the plan is the run's plan on this machine.
     let on_cuda = crate::worker::choose_device(&config.model.device).is_ok_and(|d| d.is_cuda());
-    bucketing.settle_padding(on_cuda);
+    bucketing.settle_for_device(on_cuda);
     Ok(bucketing)
 }
 
@@ -591,7 +591,7 @@ mod tests {
                 max_segments: 64,
                 ..BucketingConfig::default()
             };
-            bucketing.settle_padding(pad);
+            bucketing.settle_for_device(pad);
             let mut out = String::new();
             describe_shapes(
                 &bucketing,

@@ -185,7 +185,7 @@ pub fn run(
     let mut model = load_worker(config)?;
     model.count_time_from(started);
     let mut config = config.clone();
-    config.bucketing.settle_padding(model.device().is_cuda());
+    config.bucketing.settle_for_device(model.device().is_cuda());
     let (calibration, warm_up) = prepare_device(&mut config, &model)?;
     tracing::info!(files = plan.sources.len(), rows = shard_rows,
         resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),

@@ -417,6 +417,7 @@ def write_result(args, started, records, n_rows, n_segments, gpu_ms, first_queue
         "wall_s": wall,
         "segments_per_s": n_segments / wall,
         "model_busy_share": gpu_ms / 1e3 / wall,
+        "torch_threads": torch.get_num_threads(),
         "time_to_first_batch_s": None if first_queued is None else first_queued - started,
         "batch_records": records,
     }

@@ -30,8 +30,9 @@ use crate::message::{FlushReason, Segmented};
 #[serde(deny_unknown_fields, default)]
 pub struct BucketingConfig {
     /// Segment budget: the most segments (summed over rows) in one batch.
-    /// Default 4096. Peak GPU memory grows linearly with it; too low and the
-    /// GPU idles between small batches.
+    /// Default 4096 on CUDA, [`CPU_MAX_SEGMENTS`] on CPU. Peak GPU memory
+    /// grows linearly with it; too low and the GPU idles between small
+    /// batches. On CPU smaller batches are faster (see the constant).
     pub max_segments: usize,
     /// Row cap per batch, whatever the segments. Default 1024. Bounds per-row
     /// overhead (row tensors, output rows) when rows have very few segments;
@@ -62,18 +63,40 @@ pub struct BucketingConfig {
     /// the device at start-up to keep peak reserved memory near it. Default:
     /// none. Calibration costs a few seconds of forward passes.
     pub gpu_memory: Option<String>,
+    /// Whether `max_segments` came from the pipeline file or the command
+    /// line; if not, the device's default applies ([`Self::settle_for_device`]).
+    #[serde(skip)]
+    pub max_segments_given: bool,
 }
+
+/// The budget on CPU unless the pipeline sets one. libtorch's CPU tensors
+/// come from malloc at every forward pass, and glibc serves a block over
+/// 32 MiB (its largest mmap threshold) from fresh zeroed pages that are
+/// unmapped again on free: page faults and TLB shootdowns on both of
+/// libtorch's threads. digits-small's conv outputs are 8 and 16 KiB a
+/// segment (f32), so at 4096 segments they are 32 and 64 MiB; at 1024 they
+/// stay in malloc's heap and in cache. Measured on the 2-core CPU machine,
+/// 5x the sample, one run (benches/cpu/RESULTS.md): 4096 ran 10,792 segs/s
+/// with 11.5 s of system time, 1024 ran 21,514 with 1.3 s. Smaller batches
+/// gain little more and add per-batch overhead.
+pub const CPU_MAX_SEGMENTS: usize = 1024;
 
 impl BucketingConfig {
     /// Whether batches are padded; unset counts as padded until the run's
-    /// device settles it ([`Self::settle_padding`]).
+    /// device settles it ([`Self::settle_for_device`]).
     pub fn pads(&self) -> bool {
         self.pad_to_size_classes.unwrap_or(true)
     }
 
-    /// Fills in the default for the device: padded on CUDA, not on CPU.
-    pub fn settle_padding(&mut self, on_cuda: bool) {
+    /// Fills in the defaults for the device: padded on CUDA, not on CPU;
+    /// on CPU a budget of at most [`CPU_MAX_SEGMENTS`] unless one was given.
+    /// (Named for padding, its first default; callers elsewhere use it.)
+    pub fn settle_for_device(&mut self, on_cuda: bool) {
         self.pad_to_size_classes.get_or_insert(on_cuda);
+        // Explicit size classes end at the budget they were written for.
+        if !on_cuda && !self.max_segments_given && self.size_classes.is_none() {
+            self.max_segments = self.max_segments.min(CPU_MAX_SEGMENTS);
+        }
     }
 }
 
@@ -87,6 +110,7 @@ impl Default for BucketingConfig {
             size_classes: None,
             strategy: BatchingStrategy::SegmentBudget,
             gpu_memory: None,
+            max_segments_given: false,
         }
     }
 }

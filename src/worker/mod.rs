@@ -279,6 +279,24 @@ impl Worker {
         inputs: InputSpec,
         padded_shapes: bool,
     ) -> Result<Self, WorkerError> {
+        // On a thread that then ends. libgomp keeps an OpenMP team for every
+        // thread that ran a parallel operator, and while it manages more
+        // threads than there are cores it stops spinning between parallel
+        // regions: loaded here on the main thread, the model worker's team
+        // thread slept and was woken at every operator of every batch.
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| Self::load_here(config, inputs, padded_shapes))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn load_here(
+        config: &ModelConfig,
+        inputs: InputSpec,
+        padded_shapes: bool,
+    ) -> Result<Self, WorkerError> {
         let labels = Arc::new(load_labels(&config.labels)?);
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
