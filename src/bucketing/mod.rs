@@ -90,7 +90,6 @@ impl BucketingConfig {
 
     /// Fills in the defaults for the device: padded on CUDA, not on CPU;
     /// on CPU a budget of at most [`CPU_MAX_SEGMENTS`] unless one was given.
-    /// (Named for padding, its first default; callers elsewhere use it.)
     pub fn settle_for_device(&mut self, on_cuda: bool) {
         self.pad_to_size_classes.get_or_insert(on_cuda);
         // Explicit size classes end at the budget they were written for.
