@@ -20,7 +20,7 @@ use crate::logging::{self, LogFormat};
 use crate::message::{ShardError, ShardSpec};
 use crate::metrics;
 use crate::pipeline;
-use crate::reader::ReaderError;
+use crate::reader::{OnBadFile, ReaderError};
 use crate::worker::WorkerError;
 use crate::writer::checkpoint::CheckpointError;
 use crate::writer::done::ScanError;
@@ -92,6 +92,16 @@ struct PipelineArgs {
     /// overwrite in the pipeline file, else off].
     #[arg(long)]
     overwrite: bool,
+    /// An input file that cannot be read: `fail` ends the run naming it
+    /// (overrides [readers] on_bad_file); `skip` leaves it out, names it in
+    /// the report and predicts the other files (exit code 3) [default:
+    /// [readers] on_bad_file in the pipeline file, else fail].
+    #[arg(long, value_enum)]
+    on_bad_file: Option<BadFile>,
+    /// Device memory target; with it the budget is calibrated on the device
+    /// (as `max_segments = "auto"` with `gpu_memory`) [default: none].
+    #[arg(long)]
+    gpu_memory: Option<String>,
 }
 
 impl PipelineArgs {
@@ -107,6 +117,15 @@ impl PipelineArgs {
             threads,
         });
         config.writers.overwrite |= self.overwrite;
+        match self.on_bad_file {
+            Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
+            Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,
+            None => {}
+        }
+        if let Some(target) = self.gpu_memory {
+            config.bucketing.gpu_memory = Some(target);
+            config.auto_budget = true;
+        }
         Ok(config)
     }
 }
@@ -117,7 +136,7 @@ struct CheckArgs {
     pipeline: PipelineArgs,
     /// The number of shards the run will have (`run --shards N` or
     /// `--shard I/N`): the output directory is checked against it.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     shards: u32,
 }
 
@@ -181,20 +200,10 @@ struct RunArgs {
     /// per visible GPU); exits with the most severe of their codes.
     #[arg(long, value_name = "N|all")]
     local_shards: Option<LocalShards>,
-    /// An input file that cannot be read: `fail` ends the run naming it
-    /// (overrides [readers] on_bad_file); `skip` leaves it out, names it in
-    /// the report and predicts the other files (exit code 3) [default:
-    /// [readers] on_bad_file in the pipeline file, else fail].
-    #[arg(long, value_enum)]
-    on_bad_file: Option<BadFile>,
     /// The fraction of input rows that may be rejected with exit code 0;
     /// more gives exit code 3. Default 0: any reject gives 3.
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     max_reject_fraction: f64,
-    /// Device memory target; with it the budget is calibrated on the device
-    /// (as `max_segments = "auto"` with `gpu_memory`) [default: none].
-    #[arg(long)]
-    gpu_memory: Option<String>,
     #[command(flatten)]
     metrics: MetricsArgs,
 }

@@ -59,7 +59,7 @@ pub fn commit_run(dir: &Path) -> Result<CommitState> {
         Ok(shards) => shards,
         Err(missing) => return Ok(CommitState::Waiting(missing)),
     };
-    let totals = check_accounting(dir, &manifest, &shards).map_err(Permanent)?;
+    let mut totals = check_accounting(dir, &manifest, &shards).map_err(Permanent)?;
     let layout = OutputLayout::new(dir);
     let committed = checkpoint::committed_files(dir, None)?;
     let rejects: Vec<_> = committed
@@ -69,6 +69,7 @@ pub fn commit_run(dir: &Path) -> Result<CommitState> {
         .collect();
     // Every shard planned the same input files, so skipped the same ones.
     let skipped = skipped_files(&shards)?;
+    totals.skipped_files = skipped.len() as u64;
     merge_rejects(&rejects, &layout.rejects(), id_type(&committed)?, &skipped)?;
     let batch_files = checkpoint::committed_batch_files(dir, None)?;
     merge_batches(&batch_files, &layout.batches())?;
@@ -116,9 +117,6 @@ fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) ->
         totals.rows_rejected += shard.rows_rejected;
         totals.rows_resumed += shard.rows_resumed;
         totals.attempts += shard.attempts;
-        totals.skipped_files += shard.report["skipped_files"]
-            .as_array()
-            .map_or(0, |files| files.len() as u64);
     }
     let input_rows: u64 = manifest.inputs.iter().map(|i| i.rows).sum();
     if totals.rows_in != input_rows {

@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 use crate::bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
 use crate::config::PipelineConfig;
+use crate::exit::Permanent;
 use crate::message::Segmented;
 use crate::reader::{self, ColumnRole, FileSurvey, SegmentCounts};
 
@@ -83,7 +84,10 @@ pub fn inspect(request: &InspectRequest) -> Result<String> {
 fn survey(request: &InspectRequest) -> Result<Vec<FileSurvey>> {
     let paths: Vec<PathBuf> = match (&request.paths[..], &request.pipeline) {
         ([], Some(config)) => vec![config.readers.path.clone()],
-        ([], None) => bail!("name a Parquet file, directory or glob, or pass --pipeline"),
+        ([], None) => {
+            let usage = anyhow!("name a Parquet file, directory or glob, or pass --pipeline");
+            return Err(Permanent(usage).into());
+        }
         (paths, _) => paths.to_vec(),
     };
     let mut files = Vec::new();
@@ -93,15 +97,20 @@ fn survey(request: &InspectRequest) -> Result<Vec<FileSurvey>> {
     Ok(files)
 }
 
+/// A calibration file that cannot be read or parsed is a usage error: a
+/// retry of the same command fails the same way.
 fn load_calibration(path: &Path) -> Result<SavedCalibration> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading calibration {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a calibration saved by `segpredict calibrate --json`",
-            path.display()
-        )
-    })
+        .with_context(|| format!("reading calibration {}", path.display()))
+        .map_err(Permanent)?;
+    serde_json::from_str(&text)
+        .with_context(|| {
+            format!(
+                "{}: not a calibration saved by `segpredict calibrate --json`",
+                path.display()
+            )
+        })
+        .map_err(|e| Permanent(e).into())
 }
 
 fn describe_files(files: &[FileSurvey], out: &mut String) {

@@ -481,6 +481,15 @@ pub struct LiveSnapshot {
 }
 
 impl LiveCounters {
+    /// Counters that start from what earlier attempts finished, so a
+    /// resumed run's progress and metrics count the whole shard.
+    pub fn resuming((predicted, rejected): (u64, u64)) -> Self {
+        let counters = Self::default();
+        counters.rows_written.store(predicted, Ordering::Relaxed);
+        counters.rows_rejected.store(rejected, Ordering::Relaxed);
+        counters
+    }
+
     pub fn add_rows(&self, rows: usize) {
         self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
     }
@@ -507,8 +516,9 @@ impl LiveCounters {
         }
     }
 
-    pub fn rows_written(&self) -> u64 {
-        self.rows_written.load(Ordering::Relaxed)
+    /// Rows predicted or rejected so far: the progress display's count.
+    pub fn rows_finished(&self) -> u64 {
+        self.rows_written.load(Ordering::Relaxed) + self.rows_rejected.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> LiveSnapshot {

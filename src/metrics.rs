@@ -129,9 +129,17 @@ impl Exporter {
         })
     }
 
-    /// Stops the live exports and leaves the last one as it is: for a run
-    /// that found nothing to do (already complete).
-    pub fn stop(mut self) {
+    /// Stops the live exports and exports a success that predicted
+    /// nothing: for a run that found its work already done.
+    pub fn finish_nothing_to_do(mut self) {
+        self.stop_live();
+        match live_metrics(&self.targets, self.started, Stage::NothingToDo) {
+            Ok(text) => export(&self.targets, &text, None, true),
+            Err(e) => warn(&e),
+        }
+    }
+
+    fn stop_live(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -141,13 +149,10 @@ impl Exporter {
     /// Stops the live exports and exports the run's outcome: the full set
     /// from `report` on success, the live set marked failed otherwise.
     pub fn finish(mut self, report: Option<&RunReport>) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.stop_live();
         let text = match report {
             Some(report) => final_metrics(&self.targets, report, self.started, SystemTime::now()),
-            None => live_metrics(&self.targets, self.started, false),
+            None => live_metrics(&self.targets, self.started, Stage::Failed),
         };
         let keep = report
             .is_none()
@@ -173,7 +178,7 @@ fn export_live(
         let file_due = targets.file.is_some() && due(last_file, targets.file_every);
         let push_due = targets.pushgateway.is_some() && due(last_push, PUSH_EVERY);
         if file_due || push_due {
-            let text = match live_metrics(targets, started, true) {
+            let text = match live_metrics(targets, started, Stage::Running) {
                 Ok(text) => text,
                 Err(e) => return warn(&e),
             };
@@ -293,25 +298,44 @@ fn common(metrics: &Metrics, started: SystemTime, running: bool) -> Result<(), p
     )
 }
 
-/// What is known during the run, or after a failed one.
+/// Where a run stands when its live metrics are exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Running,
+    Failed,
+    /// It found its work already done (`_SUCCESS`, or its shard's marker):
+    /// a success that predicted nothing.
+    NothingToDo,
+}
+
+/// What is known during the run, after a failed one, or after one that
+/// found nothing to do.
 fn live_metrics(
     targets: &MetricsTargets,
     started: SystemTime,
-    running: bool,
+    stage: Stage,
 ) -> Result<String, MetricsError> {
     let metrics = Metrics::new(targets)?;
-    common(&metrics, started, running)?;
+    common(&metrics, started, stage == Stage::Running)?;
     let elapsed = started.elapsed().map_or(0.0, |d| d.as_secs_f64());
     let (done, rows_in) = live_progress();
     for (name, help, value) in live_values(&done, rows_in, elapsed) {
         metrics.set(name, help, value)?;
     }
-    if !running {
+    if stage != Stage::Running {
+        let success = stage == Stage::NothingToDo;
         metrics.set(
             "segpredict_last_run_success",
             "1 if the last run completed, 0 if it failed.",
-            0.0,
+            if success { 1.0 } else { 0.0 },
         )?;
+        if success {
+            metrics.set(
+                LAST_SUCCESS,
+                "When a run last completed (Unix time).",
+                unix_seconds(SystemTime::now()),
+            )?;
+        }
     }
     Ok(metrics.text()?)
 }
@@ -655,13 +679,18 @@ mod tests {
             shard: Some(ShardSpec::new(2, 4).unwrap()),
             ..MetricsTargets::default()
         };
-        let text = live_metrics(&targets, SystemTime::now(), true).unwrap();
+        let text = live_metrics(&targets, SystemTime::now(), Stage::Running).unwrap();
         let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert!(!samples.is_empty());
         for sample in samples {
             assert!(sample.contains("shard=\"2\""), "{sample}");
         }
-        let whole = live_metrics(&MetricsTargets::default(), SystemTime::now(), true).unwrap();
+        let whole = live_metrics(
+            &MetricsTargets::default(),
+            SystemTime::now(),
+            Stage::Running,
+        )
+        .unwrap();
         assert!(!whole.contains("shard="), "{whole}");
     }
 }

@@ -9,7 +9,8 @@ use crate::message::LiveCounters;
 const TICK: Duration = Duration::from_millis(200);
 const LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// Shows the rows written of `total_rows` until `done` or `cancel` is set,
+/// Shows the rows finished (predicted or rejected) of `total_rows` until
+/// `done` or `cancel` is set,
 /// and hands what the run has done to the live metrics.
 pub fn show_progress(total_rows: u64, live: &LiveCounters, done: &AtomicBool, cancel: &AtomicBool) {
     let bar = crate::logging::draws_progress_bar().then(|| terminal_bar(total_rows));
@@ -17,7 +18,7 @@ pub fn show_progress(total_rows: u64, live: &LiveCounters, done: &AtomicBool, ca
     while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
         let snapshot = live.snapshot();
-        let rows = snapshot.rows_written;
+        let rows = snapshot.rows_written + snapshot.rows_rejected;
         crate::metrics::note_progress(snapshot, total_rows);
         match &bar {
             Some(bar) => bar.set_position(rows),
@@ -31,7 +32,7 @@ pub fn show_progress(total_rows: u64, live: &LiveCounters, done: &AtomicBool, ca
     match bar {
         Some(bar) => bar.finish_and_clear(),
         // The log's last progress line says where the stages ended.
-        None => log_progress(live.rows_written(), total_rows),
+        None => log_progress(live.rows_finished(), total_rows),
     }
 }
 

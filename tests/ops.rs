@@ -604,3 +604,78 @@ fn metrics_file_shows_batches_and_rows_while_the_run_goes_on() {
     assert_eq!(done["segpredict_run_in_progress"], 0.0);
     assert_eq!(done["segpredict_rows_predicted_total"], SAMPLE_ROWS as f64);
 }
+
+/// `inspect` reads the segments column too: a corrupt page there is the
+/// file's and row group's error, exit 2, as in a run; and `inspect` with
+/// nothing to inspect is a usage error (2), not one a retry may fix.
+#[test]
+fn inspect_a_corrupt_page_is_one_line_naming_file_and_row_group_and_no_path_is_usage() {
+    let dir = tmp();
+    let input = dir.path().join("corrupt-dict.parquet");
+    fixture("corrupt-dict", &sample(), &input, &["--rows", "300"]);
+    let run = segpredict(&["inspect", input.to_str().unwrap()]);
+    let line = expect_one_line_error(&run);
+    assert!(line.contains("corrupt-dict.parquet"), "{line}");
+    assert!(line.contains("row group 0"), "{line}");
+
+    let json = segpredict(&["--log-format", "json", "inspect", input.to_str().unwrap()]);
+    assert_eq!(json.code, 2, "{}", json.describe());
+    for line in json.stderr.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+
+    let usage = segpredict(&["inspect"]);
+    expect_one_line_error(&usage);
+}
+
+/// A rerun that finds the run complete is a success that predicted
+/// nothing, not a run left "in progress"; a pipeline file that does not
+/// parse is a failed run.
+#[test]
+fn metrics_file_after_a_rerun_of_a_finished_run_and_after_a_bad_pipeline_file() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 40);
+    let file = dir.path().join("m.prom");
+    let pipeline = Pipeline::new(&input, dir.path().join("out"));
+    let metrics = ["--metrics-file", file.to_str().unwrap()];
+    pipeline.run(&metrics).expect_code(0);
+    pipeline.run(&metrics).expect_code(0);
+    let again = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(again["segpredict_run_in_progress"], 0.0);
+    assert_eq!(again["segpredict_last_run_success"], 1.0);
+    assert_eq!(again["segpredict_rows_predicted_total"], 0.0);
+
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[readers\n").unwrap();
+    let run = run_file(&broken, &metrics, &dir.path().join("out"));
+    assert_eq!(run.code, 2, "{}", run.describe());
+    let failed = parse_prometheus(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(failed["segpredict_run_in_progress"], 0.0);
+    assert_eq!(failed["segpredict_last_run_success"], 0.0);
+    assert!(failed.contains_key("segpredict_last_success_timestamp_seconds"));
+}
+
+/// `check` takes `run`'s flags for what it checks: a truncated file passes
+/// with `--on-bad-file skip` (as `run` would predict the rest), and a shard
+/// count of 0 is refused as `run` refuses it.
+#[test]
+fn check_takes_on_bad_file_and_refuses_zero_shards() {
+    let dir = tmp();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    sample_subset(&inputs, "good.parquet", 20);
+    fixture(
+        "truncated",
+        &sample(),
+        &inputs.join("bad.parquet"),
+        &["--rows", "20"],
+    );
+    let file = Pipeline::new(&inputs, dir.path().join("out")).write(&dir.path().join("p.toml"));
+    let path = file.to_str().unwrap();
+    let failing = check(&file);
+    assert_eq!(failing.code, 2, "{}", failing.describe());
+    segpredict(&["check", path, "--on-bad-file", "skip"]).expect_code(0);
+    let zero = segpredict(&["check", path, "--shards", "0"]);
+    assert_eq!(zero.code, 2, "{}", zero.describe());
+}

@@ -7,16 +7,14 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use super::{BadFile, RunArgs};
+use super::RunArgs;
 use crate::commit::CommitState;
-use crate::config::PipelineConfig;
 use crate::exit::{self, Outcome, Permanent};
 use crate::local_shards::LocalShards;
 use crate::logging;
 use crate::message::{ShardSpec, COMPLETION_INDEX_VAR};
 use crate::metrics;
 use crate::pipeline::{self, RunEnd, RunOptions};
-use crate::reader::OnBadFile;
 use crate::worker;
 
 pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
@@ -37,33 +35,20 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         return Err(Permanent(e).into());
     }
     let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline.pipeline, shard));
-    let config = run_config(args)?;
-    let allocator = worker::configure_allocator(&config.model);
-    let end = pipeline::run(&config, allocator, cancel, RunOptions { shard });
+    let ran = args.pipeline.load(args.threads).and_then(|config| {
+        let allocator = worker::configure_allocator(&config.model);
+        let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
+        Ok((config, end))
+    });
     if let Some(exporter) = exporter {
-        match &end {
-            Ok(RunEnd::Finished { report, .. }) => exporter.finish(Some(report)),
-            // Nothing was predicted: the last export stays as it was.
-            Ok(_) => exporter.stop(),
+        match &ran {
+            Ok((_, RunEnd::Finished { report, .. })) => exporter.finish(Some(report)),
+            Ok(_) => exporter.finish_nothing_to_do(),
             Err(_) => exporter.finish(None),
         }
     }
-    Ok(outcome(end?, &config.writers.dir, shard, fraction))
-}
-
-/// The pipeline file with the command line's values applied.
-fn run_config(args: RunArgs) -> Result<PipelineConfig> {
-    let mut config = args.pipeline.load(args.threads)?;
-    match args.on_bad_file {
-        Some(BadFile::Fail) => config.readers.on_bad_file = OnBadFile::Fail,
-        Some(BadFile::Skip) => config.readers.on_bad_file = OnBadFile::Skip,
-        None => {}
-    }
-    if let Some(target) = args.gpu_memory {
-        config.bucketing.gpu_memory = Some(target);
-        config.auto_budget = true;
-    }
-    Ok(config)
+    let (config, end) = ran?;
+    Ok(outcome(end, &config.writers.dir, shard, fraction))
 }
 
 /// How the run ended, as an exit code, said on stderr.
@@ -82,22 +67,15 @@ fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) 
         }
         RunEnd::Finished { report, commit } => {
             println!("{}", report.summary());
-            let shard_outcome = match &commit {
+            match &commit {
                 CommitState::Committed(_) => report_commit(dir, &commit, fraction),
                 CommitState::Waiting(_) => {
                     report_commit(dir, &commit, fraction);
-                    exit::completed(report.rows_rejected, report.rows_in, fraction)
+                    let rejects = exit::completed(report.rows_rejected, report.rows_in, fraction);
+                    let skipped = skipped_outcome(report.skipped_files.len() as u64, dir);
+                    Outcome::most_severe([rejects, skipped])
                 }
-            };
-            if report.skipped_files.is_empty() {
-                return shard_outcome;
             }
-            logging::notice(&format!(
-                "{} input file(s) skipped; see {}",
-                report.skipped_files.len(),
-                dir.join("_report.json").display()
-            ));
-            Outcome::most_severe([shard_outcome, Outcome::TooManyRejects])
         }
     }
 }
@@ -114,7 +92,7 @@ fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> 
                     dir.join("_rejects.parquet").display()
                 ));
             }
-            outcome
+            Outcome::most_severe([outcome, skipped_outcome(totals.skipped_files, dir)])
         }
         CommitState::Waiting(missing) => {
             logging::notice(&format!(
@@ -124,6 +102,19 @@ fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> 
             Outcome::Done
         }
     }
+}
+
+/// Input files left out (`--on-bad-file skip`) need a person, as rejects
+/// beyond the allowed fraction do: exit code 3, whichever attempt commits.
+fn skipped_outcome(skipped: u64, dir: &std::path::Path) -> Outcome {
+    if skipped == 0 {
+        return Outcome::Done;
+    }
+    logging::notice(&format!(
+        "{skipped} input file(s) skipped; see {}",
+        dir.join("_rejects.parquet").display()
+    ));
+    Outcome::TooManyRejects
 }
 
 pub(super) fn describe_missing(missing: &[u32]) -> String {

@@ -49,7 +49,7 @@ pub(super) fn run_stages(
         id_kind: plan.id_kind,
         labels: model.labels(),
         sources: plan.sources.clone(),
-        live: Arc::new(LiveCounters::default()),
+        live: Arc::new(LiveCounters::resuming(plan.rows_done())),
     };
     let decode_pool = &config.readers.decode_pool()?;
     let units = &UnitQueue::new(plan);
@@ -67,7 +67,7 @@ pub(super) fn run_stages(
     let stages_done = &AtomicBool::new(false);
     std::thread::scope(|scope| {
         let live = &schema.live;
-        let progress = scope.spawn(|| show_progress(plan.total_rows, live, stages_done, cancel));
+        let progress = scope.spawn(|| show_progress(plan.shard_rows(), live, stages_done, cancel));
         let reports = spawn_stages(scope, shared, model).join(cancel);
         stages_done.store(true, Ordering::Relaxed);
         let _ = progress.join();

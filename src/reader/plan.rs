@@ -37,6 +37,9 @@ pub struct ReadPlan {
     selected: Box<[Unit]>,
     /// Rows an earlier attempt finished, skipped as they are read.
     done: Option<Arc<DoneSet>>,
+    /// Rows of this process's shard, finished or not (the whole input
+    /// until [`ReadPlan::select`]).
+    shard_rows: u64,
     /// Files left out (`on_bad_file = "skip"`), with why.
     pub skipped: Vec<SkippedFile>,
 }
@@ -71,7 +74,20 @@ impl ReadPlan {
             .filter(|u| !done.all_done(u.file_idx, u.first_row, u.rows))
             .collect();
         self.done = Some(done).filter(|d| !d.is_empty());
+        self.shard_rows = shard_rows;
         shard_rows
+    }
+
+    /// Rows of this process's shard, finished or not.
+    pub fn shard_rows(&self) -> u64 {
+        self.shard_rows
+    }
+
+    /// Rows earlier attempts finished: (predicted, rejected).
+    pub fn rows_done(&self) -> (u64, u64) {
+        self.done
+            .as_ref()
+            .map_or((0, 0), |d| (d.predicted(), d.rejected()))
     }
 
     /// Whether an earlier attempt finished this row.
@@ -188,8 +204,10 @@ impl ReaderConfig {
             check_id_kind(&mut id_kind, kind, &file, &self.columns.id)?;
             files.push(file);
         }
+        let total_rows = files.iter().map(|f| f.rows).sum();
         Ok(ReadPlan {
-            total_rows: files.iter().map(|f| f.rows).sum(),
+            total_rows,
+            shard_rows: total_rows,
             sources: Arc::new(files),
             id_kind: id_kind.map_or(IdKind::Str, |(k, _)| k),
             selected: units.clone().into_boxed_slice(),

@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use parquet::arrow::ProjectionMask;
 
 use super::columns::{id_kind_of, list_child};
-use super::{discover, open_builder, DecodeError, ReaderError};
+use super::{discover, open_builder, panics, DecodeError, ReaderError};
 
 /// One input file as its footer describes it.
 #[derive(Debug, Clone)]
@@ -86,7 +86,12 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
             .with_batch_size(8192)
             .build()
             .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
-        for batch in reader {
+        let mut reader = reader;
+        // A corrupt page can make the parquet crate panic: as in a run, that
+        // is this file's and row group's error.
+        while let Some(batch) =
+            panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
+        {
             let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
             add_list_lengths(batch.column(0), &mut counts);
         }
