@@ -246,22 +246,10 @@ fn kubernetes_expansion_of_arguments() {
     assert_eq!(expand("$HOME", &env), "$HOME");
 }
 
-/// An input of several row groups, so that every shard has some.
-fn sharded_input(dir: &Path, rows: usize) -> PathBuf {
-    let input = dir.join("in.parquet");
-    fixture(
-        "rowgroups",
-        &sample(),
-        &input,
-        &["--rows", &rows.to_string(), "--row-group-size", "25"],
-    );
-    input
-}
-
 #[test]
 fn the_indexed_jobs_pods_predict_every_row_once_and_commit() {
     let dir = tmp();
-    let input = sharded_input(dir.path(), 300);
+    let input = rowgroups_input(dir.path(), 300, 25);
     let ids = ids_of(&read_input(&input));
     let out = dir.path().join("night");
     let pipeline = Pipeline::new(&input, dir.path().join("unused"));
@@ -294,7 +282,7 @@ fn the_cronjobs_pods_predict_the_scheduled_night() {
     let night = String::from_utf8(night.stdout).unwrap().trim().to_string();
     let incoming = dir.path().join("incoming");
     std::fs::create_dir_all(incoming.join(&night)).unwrap();
-    let input = sharded_input(&incoming.join(&night), 200);
+    let input = rowgroups_input(&incoming.join(&night), 200, 25);
     let ids = ids_of(&read_input(&input));
     let predictions = dir.path().join("predictions");
     let pipeline = Pipeline::new(&input, dir.path().join("unused"));

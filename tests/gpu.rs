@@ -120,13 +120,7 @@ fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
     let dir = tmp();
     // Row groups of 25 rows: shards are dealt (file, row group) units, so one
     // row group would give every row to shard 0 (seen on the H200).
-    let input = dir.path().join("in.parquet");
-    fixture(
-        "rowgroups",
-        &sample(),
-        &input,
-        &["--rows", "200", "--row-group-size", "25"],
-    );
+    let input = rowgroups_input(dir.path(), 200, 25);
     let ids = ids_of(&read_input(&input));
     let single_out = dir.path().join("single");
     Pipeline::new(&input, &single_out)

@@ -188,13 +188,7 @@ fn a_changed_input_file_or_model_is_refused_naming_the_difference() {
 #[test]
 fn three_shards_one_killed_and_rerun_give_one_processs_output() {
     let dir = tmp();
-    let input = dir.path().join("in.parquet");
-    fixture(
-        "rowgroups",
-        &sample(),
-        &input,
-        &["--rows", "360", "--row-group-size", "20"],
-    );
+    let input = rowgroups_input(dir.path(), 360, 20);
     let reference = Reference::of(&slowed(&input, &dir.path().join("single")), &input);
     let out = dir.path().join("sharded");
     let file = slowed(&input, &out).write(&dir.path().join("sharded.toml"));
@@ -232,13 +226,7 @@ fn three_shards_one_killed_and_rerun_give_one_processs_output() {
 #[test]
 fn local_shards_on_cpu_give_one_processs_output() {
     let dir = tmp();
-    let input = dir.path().join("in.parquet");
-    fixture(
-        "rowgroups",
-        &sample(),
-        &input,
-        &["--rows", "200", "--row-group-size", "25"],
-    );
+    let input = rowgroups_input(dir.path(), 200, 25);
     let reference = Reference::of(&Pipeline::new(&input, dir.path().join("single")), &input);
     let out = dir.path().join("local");
     let run = Pipeline::new(&input, &out).run(&["--local-shards", "2"]);
@@ -255,13 +243,7 @@ fn local_shards_on_cpu_give_one_processs_output() {
 #[test]
 fn commit_by_hand_names_the_missing_shards() {
     let dir = tmp();
-    let input = dir.path().join("in.parquet");
-    fixture(
-        "rowgroups",
-        &sample(),
-        &input,
-        &["--rows", "100", "--row-group-size", "25"],
-    );
+    let input = rowgroups_input(dir.path(), 100, 25);
     let out = dir.path().join("out");
     let pipeline = Pipeline::new(&input, &out);
     pipeline.run(&["--shard", "0/3"]).expect_code(0);

@@ -338,25 +338,12 @@ pub fn committed_files(
     dir: &Path,
     shard: Option<ShardSpec>,
 ) -> Result<Vec<Committed>, CheckpointError> {
-    let stem = match shard {
-        Some(shard) if shard.is_sharded() => format!("-{}-a", shard.tag()),
-        Some(_) => "-a".to_string(),
-        None => "-".to_string(),
-    };
     let mut files = Vec::new();
     for (folder, prefix, finished) in [
         (dir.to_path_buf(), "part", Finished::Predicted),
         (dir.join(PROGRESS), "rejects", Finished::Rejected),
     ] {
-        let start = format!("{prefix}{stem}");
-        let mut found: Vec<PathBuf> = list(&folder)?
-            .into_iter()
-            .filter(|p| {
-                let name = file_name(p);
-                name.starts_with(&start) && name.ends_with(".parquet")
-            })
-            .collect();
-        found.sort();
+        let found = committed_parquet(&folder, prefix, shard)?;
         files.extend(found.into_iter().map(|path| Committed { path, finished }));
     }
     Ok(files)
@@ -368,12 +355,22 @@ pub fn committed_batch_files(
     dir: &Path,
     shard: Option<ShardSpec>,
 ) -> Result<Vec<PathBuf>, CheckpointError> {
+    committed_parquet(&dir.join(PROGRESS), "batches", shard)
+}
+
+/// The Parquet files in `folder` named `PREFIX-...` for `shard` (every
+/// shard with `None`), sorted by name.
+fn committed_parquet(
+    folder: &Path,
+    prefix: &str,
+    shard: Option<ShardSpec>,
+) -> Result<Vec<PathBuf>, CheckpointError> {
     let start = match shard {
-        Some(shard) if shard.is_sharded() => format!("batches-{}-a", shard.tag()),
-        Some(_) => "batches-a".to_string(),
-        None => "batches-".to_string(),
+        Some(shard) if shard.is_sharded() => format!("{prefix}-{}-a", shard.tag()),
+        Some(_) => format!("{prefix}-a"),
+        None => format!("{prefix}-"),
     };
-    let mut found: Vec<PathBuf> = list(&dir.join(PROGRESS))?
+    let mut found: Vec<PathBuf> = list(folder)?
         .into_iter()
         .filter(|p| {
             let name = file_name(p);

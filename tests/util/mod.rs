@@ -85,6 +85,25 @@ pub fn sample_subset(dir: &Path, name: &str, rows: usize) -> PathBuf {
     out
 }
 
+/// The sample's first `rows` rows in row groups of `group_rows`, written to
+/// `dir/in.parquet`: shards are dealt (file, row group) units, so sharded
+/// tests need several.
+pub fn rowgroups_input(dir: &Path, rows: usize, group_rows: usize) -> PathBuf {
+    let input = dir.join("in.parquet");
+    fixture(
+        "rowgroups",
+        &sample(),
+        &input,
+        &[
+            "--rows",
+            &rows.to_string(),
+            "--row-group-size",
+            &group_rows.to_string(),
+        ],
+    );
+    input
+}
+
 /// A pipeline file's parameters; `toml()` renders it with the sample's columns.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
