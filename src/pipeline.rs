@@ -10,7 +10,7 @@
 mod attempt;
 mod threads;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,12 +20,14 @@ use crate::bucketing::{default_size_classes, Bucketer};
 use crate::commit::{commit_run, CommitState};
 use crate::config::PipelineConfig;
 use crate::message::{Calibration, Row, ShardSpec};
+use crate::reader::ReadPlan;
 use crate::report::{RunFacts, RunReport};
 use crate::worker::calibrate::{parse_size, CalibrationError};
 use crate::worker::{self, Worker};
 use crate::writer::checkpoint::{self, DirState};
 use crate::writer::manifest::RunManifest;
-use attempt::{begin_attempt, finish_shard, run_facts};
+use attempt::{begin_attempt, finish_shard, run_facts, Attempt};
+use threads::Prepared;
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,39 @@ fn prepare_device(
         false => None,
     };
     Ok((calibration, warm_size_classes(config, model)?))
+}
+
+/// The model side of start-up, run while the readers read the first row
+/// groups: the model loaded and probed, the bucketing settled for its
+/// device, the budget calibrated and the size classes warmed.
+fn prepare_model(
+    config: &PipelineConfig,
+    plan: &ReadPlan,
+    allocator_conf: Option<String>,
+    attempt: &Attempt,
+    started: Instant,
+) -> Result<Prepared> {
+    let mut model = load_worker(config)?;
+    model.count_time_from(started);
+    let mut config = config.clone();
+    config.bucketing.settle_for_device(model.device().is_cuda());
+    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
+    let (layout, resumed, shard_rows, _) = attempt;
+    tracing::info!(files = plan.sources.len(), rows = shard_rows,
+        resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
+        shard = %layout.names().shard, attempt = layout.names().attempt,
+        device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
+    // The budget in force: none for the `rows` strategy, as the bucketer knows.
+    let budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
+    let mut facts = run_facts(&config, plan, &model, allocator_conf, calibration, attempt);
+    facts.warm_up_s = warm_up.map(|d| d.as_secs_f64());
+    facts.model_ready_s = Some(started.elapsed().as_secs_f64());
+    Ok(Prepared {
+        worker: model,
+        bucketing: config.bucketing,
+        budget,
+        facts,
+    })
 }
 
 /// Warms every size class the run will use (`[model] warm_size_classes`),
@@ -178,42 +213,25 @@ pub fn run(
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
     let mut plan = config.readers.plan()?;
-    let (layout, resumed, shard_rows, earlier) = match begin_attempt(config, &mut plan, options)? {
+    let attempt = match begin_attempt(config, &mut plan, options)? {
         Ok(attempt) => attempt,
         Err(end) => return Ok(end),
     };
-    let mut model = load_worker(config)?;
-    model.count_time_from(started);
-    let mut config = config.clone();
-    config.bucketing.settle_for_device(model.device().is_cuda());
-    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
-    tracing::info!(files = plan.sources.len(), rows = shard_rows,
-        resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
-        shard = %options.shard, attempt = layout.names().attempt,
-        device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
-    // The budget in force: none for the `rows` strategy, as the bucketer knows.
-    let budget = AtomicUsize::new(Bucketer::<Row>::new(&config.bucketing)?.max_segments());
-    let attempt = (layout, resumed, shard_rows, earlier);
-    let mut facts = run_facts(
-        &config,
-        &plan,
-        &model,
-        allocator_conf,
-        calibration,
-        &attempt,
-    );
-    facts.warm_up_s = warm_up.map(|d| d.as_secs_f64());
-    let (layout, ..) = attempt;
-    let stages = threads::run_stages(&config, &plan, model, &budget, &cancel, &layout)?;
+    if worker::choose_device(&config.model.device)?.is_cuda() {
+        // Before the readers start, so they keep off the worker's core.
+        crate::cpu::reserve_core_for_worker();
+    }
+    let prepare = || prepare_model(config, &plan, allocator_conf, &attempt, started);
+    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
     if cancel.load(Ordering::Relaxed) {
         return Err(Interrupted.into());
     }
     let facts = RunFacts {
-        final_max_segments: Some(budget.load(Ordering::Relaxed)).filter(|&b| b != usize::MAX),
+        final_max_segments: Some(ran.final_budget).filter(|&b| b != usize::MAX),
         wall_s: started.elapsed().as_secs_f64(),
-        ..facts
+        ..ran.facts
     };
-    let report = Box::new(finish_shard(&layout, stages, facts)?);
+    let report = Box::new(finish_shard(&attempt.0, ran.stages, facts)?);
     // A signal while the shard was finishing: the shard is done (its marker
     // is written) but the run reports the interruption, so a signal always
     // gives the same exit code; a rerun commits.

@@ -97,6 +97,7 @@ pub(super) fn run_facts(
         earlier_batches: earlier_batches.clone(),
         batches_file: crate::writer::BATCHES.to_string(),
         warm_up_s: None,
+        model_ready_s: None,
     }
 }
 

@@ -1,21 +1,27 @@
 //! The stage threads in one scope: each stage spawned with its channels,
 //! all joined, the first error kept.
+//!
+//! The readers start first, while the model side of start-up (loading,
+//! the probe, calibration, warming the size classes) runs on the calling
+//! thread: the first row groups are read and decoded by the time the model
+//! is ready. Nothing downstream of the readers starts until then, so a
+//! model that fails to load has written nothing; its error is the run's.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{Scope, ScopedJoinHandle};
 
 use anyhow::Result;
-use crossbeam_channel::bounded;
+use crossbeam_channel::{bounded, Receiver};
 
-use crate::bucketing::run_bucketing;
+use crate::bucketing::{run_bucketing, BucketingConfig};
 use crate::config::PipelineConfig;
 use crate::message::{
-    BucketingReport, LiveCounters, ReaderStats, WorkerReport, WriterMsg, WriterReport,
+    BucketingReport, LiveCounters, ReaderStats, RowChunk, WorkerReport, WriterMsg, WriterReport,
 };
 use crate::progress::show_progress;
 use crate::reader::{self, ReadPlan, UnitQueue};
-use crate::report::StageReports;
+use crate::report::{RunFacts, StageReports};
 use crate::worker::Worker;
 use crate::writer::{self, OutputLayout, OutputSchema};
 
@@ -25,54 +31,131 @@ const CHUNKS_PER_READER: usize = 2;
 const BATCHES_IN_FLIGHT: usize = 4;
 const WRITER_MESSAGES: usize = 8;
 
+/// The model side of start-up, done: the worker, the bucketing settled for
+/// its device (and calibrated budget), and what the report knows of it.
+pub(super) struct Prepared {
+    pub worker: Worker,
+    pub bucketing: BucketingConfig,
+    /// The segment budget in force at the start (`usize::MAX` for `rows`).
+    pub budget: usize,
+    pub facts: RunFacts,
+}
+
+/// What the stages did, with the run's set-up and the budget in force at
+/// the end (`usize::MAX` for the `rows` strategy).
+pub(super) struct Ran {
+    pub stages: StageReports,
+    pub facts: RunFacts,
+    pub final_budget: usize,
+}
+
+/// What the stages after the readers share, known once the model is ready;
+/// it outlives the thread scope so the stage threads may borrow it.
+struct Downstream {
+    bucketing: BucketingConfig,
+    schema: OutputSchema,
+}
+
 /// What the stage threads share, borrowed for the thread scope.
+#[derive(Clone, Copy)]
 struct Shared<'a> {
     config: &'a PipelineConfig,
-    plan: &'a ReadPlan,
     budget: &'a AtomicUsize,
     cancel: &'a AtomicBool,
-    decode_pool: &'a rayon::ThreadPool,
-    units: &'a UnitQueue<'a>,
-    schema: &'a OutputSchema,
+    downstream: &'a Downstream,
     layout: &'a OutputLayout,
 }
 
+/// Runs the stages; `prepare` (the model side of start-up) runs on this
+/// thread while the readers fill their channel.
 pub(super) fn run_stages(
     config: &PipelineConfig,
     plan: &ReadPlan,
-    model: Worker,
-    budget: &AtomicUsize,
+    prepare: impl FnOnce() -> Result<Prepared>,
     cancel: &AtomicBool,
     layout: &OutputLayout,
-) -> Result<StageReports> {
-    let schema = &OutputSchema {
-        id_kind: plan.id_kind,
-        labels: model.labels(),
-        sources: plan.sources.clone(),
-        live: Arc::new(LiveCounters::resuming(plan.rows_done())),
-    };
+) -> Result<Ran> {
+    let live = Arc::new(LiveCounters::resuming(plan.rows_done()));
     let decode_pool = &config.readers.decode_pool()?;
     let units = &UnitQueue::new(plan);
-    let shared = &Shared {
-        config,
-        plan,
-        budget,
-        cancel,
-        decode_pool,
-        units,
-        schema,
-        layout,
-    };
+    let downstream = OnceLock::new();
+    let budget = AtomicUsize::new(usize::MAX);
     // Outside the scope so the progress thread may borrow it.
     let stages_done = &AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let live = &schema.live;
+        let (readers, chunks) = spawn_readers(scope, config, plan, decode_pool, units, cancel);
+        let prepared = match prepare() {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                // The readers stop at their next chunk; what they read is dropped.
+                cancel.store(true, Ordering::Relaxed);
+                drop(chunks);
+                readers.into_iter().for_each(|r| drop(joined(r, cancel)));
+                return Err(error);
+            }
+        };
+        // Progress is shown from here: a run that failed to start shows none.
+        let live = &live;
         let progress = scope.spawn(|| show_progress(plan.shard_rows(), live, stages_done, cancel));
-        let reports = spawn_stages(scope, shared, model).join(cancel);
+        let Prepared {
+            worker,
+            bucketing,
+            budget: start_budget,
+            facts,
+        } = prepared;
+        let schema = output_schema(plan, &worker, live);
+        let downstream = downstream.get_or_init(|| Downstream { bucketing, schema });
+        budget.store(start_budget, Ordering::Relaxed);
+        let shared = Shared {
+            config,
+            budget: &budget,
+            cancel,
+            downstream,
+            layout,
+        };
+        let stages = spawn_downstream(scope, shared, readers, chunks, worker).join(cancel);
         stages_done.store(true, Ordering::Relaxed);
         let _ = progress.join();
-        reports
+        Ok(Ran {
+            stages: stages?,
+            facts,
+            final_budget: budget.load(Ordering::Relaxed),
+        })
     })
+}
+
+/// The reader threads, and the channel they fill.
+fn spawn_readers<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    config: &'scope PipelineConfig,
+    plan: &'scope ReadPlan,
+    decode_pool: &'scope rayon::ThreadPool,
+    units: &'scope UnitQueue<'scope>,
+    cancel: &'scope AtomicBool,
+) -> (Vec<Stage<'scope, ReaderStats>>, Receiver<RowChunk>) {
+    let n_readers = config
+        .readers
+        .effective_threads()
+        .min(plan.row_groups().max(1));
+    let (chunk_tx, chunk_rx) = bounded(CHUNKS_PER_READER * n_readers);
+    let readers = (0..n_readers)
+        .map(|_| {
+            let out = chunk_tx.clone();
+            spawn(scope, cancel, out.clone(), move || {
+                reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
+            })
+        })
+        .collect();
+    (readers, chunk_rx)
+}
+
+fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> OutputSchema {
+    OutputSchema {
+        id_kind: plan.id_kind,
+        labels: worker.labels(),
+        sources: plan.sources.clone(),
+        live: Arc::clone(live),
+    }
 }
 
 type Stage<'scope, T> = ScopedJoinHandle<'scope, Result<T>>;
@@ -104,46 +187,35 @@ where
     })
 }
 
-/// The stage threads, joined by bounded channels.
-fn spawn_stages<'scope>(
+/// The stages after the readers, joined to them and to each other by
+/// bounded channels.
+fn spawn_downstream<'scope>(
     scope: &'scope Scope<'scope, '_>,
-    shared: &'scope Shared<'scope>,
+    shared: Shared<'scope>,
+    readers: Vec<Stage<'scope, ReaderStats>>,
+    chunks: Receiver<RowChunk>,
     model: Worker,
 ) -> Running<'scope> {
     let Shared {
         config,
-        plan,
         budget,
         cancel,
-        decode_pool,
-        units,
-        schema,
+        downstream,
         layout,
-    } = *shared;
-    let n_readers = config
-        .readers
-        .effective_threads()
-        .min(plan.row_groups().max(1));
-    let (chunk_tx, chunk_rx) = bounded(CHUNKS_PER_READER * n_readers);
+        ..
+    } = shared;
     let (batch_tx, batch_rx) = bounded(BATCHES_IN_FLIGHT);
     let (write_tx, write_rx) = bounded::<WriterMsg>(WRITER_MESSAGES);
-    let readers = (0..n_readers)
-        .map(|_| {
-            let out = chunk_tx.clone();
-            spawn(scope, cancel, out.clone(), move || {
-                reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
-            })
-        })
-        .collect();
     let segment_bytes = config.readers.columns.segments.segment_bytes();
     let (rejects, open) = (write_tx.clone(), (batch_tx.clone(), write_tx.clone()));
     let bucketing = spawn(scope, cancel, open, move || {
-        let (c, s) = (&config.bucketing, segment_bytes);
-        run_bucketing(c, s, chunk_rx, batch_tx, rejects, budget, cancel)
+        let (c, s) = (&downstream.bucketing, segment_bytes);
+        run_bucketing(c, s, chunks, batch_tx, rejects, budget, cancel)
     });
     let worker = spawn(scope, cancel, write_tx.clone(), move || {
         model.run(batch_rx, write_tx, budget, cancel)
     });
+    let schema = &downstream.schema;
     let writers = (0..config.writers.effective_threads())
         .map(|idx| {
             let messages = write_rx.clone();

@@ -76,14 +76,19 @@ pub struct RunReport {
     /// Seconds this attempt ran.
     pub wall_s: f64,
     /// Seconds from this attempt's start (before the model loads) to its
-    /// first batch being queued: device set-up, model load, the first row
-    /// groups read and bucketed. Absent when no batch ran.
+    /// first batch being queued: the later of the model being ready and the
+    /// first batch's rows read and bucketed (the readers start with the
+    /// model's loading). Absent when no batch ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_batch_s: Option<f64>,
     /// Seconds of that start-up spent warming the size classes (on CUDA,
     /// padded, `[model] warm_size_classes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_up_s: Option<f64>,
+    /// Seconds from this attempt's start to the model being ready: device
+    /// set-up, model load, the start-up probe, calibration and warm-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_ready_s: Option<f64>,
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
@@ -234,6 +239,8 @@ pub struct RunFacts {
     /// Seconds spent warming the size classes before the first row (CUDA,
     /// padded, `[model] warm_size_classes`).
     pub warm_up_s: Option<f64>,
+    /// Seconds from the attempt's start to the model being ready.
+    pub model_ready_s: Option<f64>,
 }
 
 impl RunReport {
@@ -276,6 +283,7 @@ impl RunReport {
             wall_s,
             time_to_first_batch_s: worker.batches.first_queued_ms.map(|ms| ms / 1e3),
             warm_up_s: facts.warm_up_s,
+            model_ready_s: facts.model_ready_s,
             rows_per_s: stages.rows_out().saturating_add(stages.rows_rejected()) as f64
                 / wall_s.max(1e-9),
             segments_per_s: worker.batches.segments as f64 / wall_s.max(1e-9),

@@ -302,7 +302,8 @@ impl Worker {
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let mut model = Model::load(config, device, &inputs, labels.len())?;
         if device.is_cuda() {
-            // Before the feeding threads start, so they keep off its core.
+            // Before the feeding threads start, so they keep off its core
+            // (`pipeline::run` reserves it earlier still, before the readers).
             crate::cpu::reserve_core_for_worker();
         }
         let channels_last = config
