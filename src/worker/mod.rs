@@ -300,7 +300,9 @@ impl Worker {
         let labels = Arc::new(load_labels(&config.labels)?);
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
+        let loading = Instant::now();
         let mut model = Model::load(config, device, &inputs, labels.len())?;
+        tracing::debug!(seconds = loading.elapsed().as_secs_f64(), "model loaded");
         if device.is_cuda() {
             // Before the feeding threads start, so they keep off its core
             // (`pipeline::run` reserves it earlier still, before the readers).
@@ -327,12 +329,14 @@ impl Worker {
             oom_recovery: config.oom_recovery,
             fault_oom_above: config.fault_oom_above_segments,
         };
+        let probing = Instant::now();
         worker.probe().map_err(|source| WorkerError::Probe {
             path: config.path.clone(),
             labels: config.labels.clone(),
             n_labels: worker.labels.len(),
             source: Box::new(source),
         })?;
+        tracing::debug!(seconds = probing.elapsed().as_secs_f64(), "model probed");
         Ok(worker)
     }
 
