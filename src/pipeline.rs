@@ -8,11 +8,12 @@
 //! returns that error.
 
 mod attempt;
+mod start;
 mod threads;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -26,8 +27,8 @@ use crate::worker::calibrate::{parse_size, CalibrationError};
 use crate::worker::{self, Worker};
 use crate::writer::checkpoint::{self, DirState};
 use crate::writer::manifest::RunManifest;
-use attempt::{begin_attempt, finish_shard, run_facts, Attempt};
-use threads::Prepared;
+use attempt::{begin_attempt, finish_shard, Attempt};
+use start::{joined_load, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -48,89 +49,6 @@ fn load_worker(config: &PipelineConfig) -> Result<Worker> {
 pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibration> {
     let target = parse_size(gpu_memory)?;
     Ok(load_worker(config)?.calibrate(target, default_size_classes)?)
-}
-
-/// `max_segments = "auto"`: measure the model on its device and set the
-/// budget and size classes for the memory target.
-fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calibration> {
-    let target = config.bucketing.gpu_memory.as_deref();
-    let target = target
-        .ok_or(CalibrationError::NoTarget)
-        .and_then(parse_size)?;
-    let calibration = model.calibrate(target, default_size_classes)?;
-    tracing::info!(
-        max_segments = calibration.max_segments,
-        target_mib = target >> 20,
-        measured_mib = calibration.measured_peak_reserved >> 20,
-        "calibrated the segment budget"
-    );
-    config.bucketing.max_segments = calibration.max_segments;
-    config.bucketing.size_classes = Some(calibration.size_classes.clone());
-    Ok(calibration)
-}
-
-/// The device's part of start-up: the budget calibrated (`max_segments =
-/// "auto"`), then the size classes warmed at the budget in force.
-fn prepare_device(
-    config: &mut PipelineConfig,
-    model: &Worker,
-) -> Result<(Option<Calibration>, Option<Duration>)> {
-    let calibration = match config.auto_budget {
-        true => Some(calibrate_budget(config, model)?),
-        false => None,
-    };
-    Ok((calibration, warm_size_classes(config, model)?))
-}
-
-/// The model side of start-up, run while the readers read the first row
-/// groups: the model loaded and probed, the bucketing settled for its
-/// device, the budget calibrated and the size classes warmed.
-fn prepare_model(
-    config: &PipelineConfig,
-    plan: &ReadPlan,
-    allocator_conf: Option<String>,
-    attempt: &Attempt,
-    started: Instant,
-) -> Result<Prepared> {
-    let mut model = load_worker(config)?;
-    model.count_time_from(started);
-    let mut config = config.clone();
-    config.bucketing.settle_for_device(model.device().is_cuda());
-    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
-    let (layout, resumed, shard_rows, _) = attempt;
-    tracing::info!(files = plan.sources.len(), rows = shard_rows,
-        resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
-        shard = %layout.names().shard, attempt = layout.names().attempt,
-        device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
-    // The budget in force: none for the `rows` strategy, as the bucketer knows.
-    let budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
-    let mut facts = run_facts(&config, plan, &model, allocator_conf, calibration, attempt);
-    facts.warm_up_s = warm_up.map(|d| d.as_secs_f64());
-    facts.model_ready_s = Some(started.elapsed().as_secs_f64());
-    Ok(Prepared {
-        worker: model,
-        bucketing: config.bucketing,
-        budget,
-        facts,
-    })
-}
-
-/// Warms every size class the run will use (`[model] warm_size_classes`),
-/// on CUDA with padded batches only: on CPU, or unpadded, shapes are not
-/// few and there is no caching allocator to settle.
-fn warm_size_classes(config: &PipelineConfig, model: &Worker) -> Result<Option<Duration>> {
-    let padded = config.bucketing.pad_to_size_classes == Some(true);
-    if !(config.model.warm_size_classes && padded && model.device().is_cuda()) {
-        return Ok(None);
-    }
-    let classes = config.bucketing.effective_size_classes();
-    let took = model.warm_size_classes(&classes)?;
-    tracing::info!(
-        classes = classes.len(),
-        seconds = took.as_secs_f64(),
-        "warmed the size classes"
-    );
-    Ok(Some(took))
 }
 
 /// What `check` found: the run would start.
@@ -209,20 +127,57 @@ pub fn run(
     options: RunOptions,
 ) -> Result<RunEnd> {
     let started = Instant::now();
+    std::thread::scope(|scope| {
+        // The model loads (device set-up, weights, the start-up probe) while
+        // the input and the output directory are checked; an error of
+        // theirs is still the run's first, and ends it without the model.
+        let loading = scope.spawn(|| load_worker(config));
+        // On the way out the loader is joined here, its result dropped: a
+        // panic while loading must not outlive the scope as one.
+        let (plan, attempt) = match plan_and_attempt(config, options) {
+            Ok(Ok(started)) => started,
+            Ok(Err(end)) => {
+                drop(loading.join());
+                return Ok(end);
+            }
+            Err(error) => {
+                drop(loading.join());
+                return Err(error);
+            }
+        };
+        if worker::choose_device(&config.model.device)?.is_cuda() {
+            // Before the readers start, so they keep off the worker's core.
+            crate::cpu::reserve_core_for_worker();
+        }
+        let loaded = || joined_load(loading);
+        let prepare = || prepare_model(config, loaded, &plan, allocator_conf, &attempt, started);
+        let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
+        finish_run(config, ran, &attempt, started, &cancel)
+    })
+}
+
+/// What needs no device: the bucketing and writers sections, the read
+/// plan, and the attempt (or how the run ends at once).
+fn plan_and_attempt(
+    config: &PipelineConfig,
+    options: RunOptions,
+) -> Result<Result<(ReadPlan, Attempt), RunEnd>> {
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
     let mut plan = config.readers.plan()?;
-    let attempt = match begin_attempt(config, &mut plan, options)? {
-        Ok(attempt) => attempt,
-        Err(end) => return Ok(end),
-    };
-    if worker::choose_device(&config.model.device)?.is_cuda() {
-        // Before the readers start, so they keep off the worker's core.
-        crate::cpu::reserve_core_for_worker();
-    }
-    let prepare = || prepare_model(config, &plan, allocator_conf, &attempt, started);
-    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
+    Ok(begin_attempt(config, &mut plan, options)?.map(|attempt| (plan, attempt)))
+}
+
+/// The shard's accounting and done marker after its stages ended, then the
+/// run's commit if every shard is done.
+fn finish_run(
+    config: &PipelineConfig,
+    ran: threads::Ran,
+    attempt: &Attempt,
+    started: Instant,
+    cancel: &AtomicBool,
+) -> Result<RunEnd> {
     if cancel.load(Ordering::Relaxed) {
         return Err(Interrupted.into());
     }

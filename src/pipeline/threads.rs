@@ -80,8 +80,6 @@ pub(super) fn run_stages(
     let units = &UnitQueue::new(plan);
     let downstream = OnceLock::new();
     let budget = AtomicUsize::new(usize::MAX);
-    // Outside the scope so the progress thread may borrow it.
-    let stages_done = &AtomicBool::new(false);
     std::thread::scope(|scope| {
         let (readers, chunks) = spawn_readers(scope, config, plan, decode_pool, units, cancel);
         let prepared = match prepare() {
@@ -96,7 +94,9 @@ pub(super) fn run_stages(
         };
         // Progress is shown from here: a run that failed to start shows none.
         let live = &live;
-        let progress = scope.spawn(|| show_progress(plan.shard_rows(), live, stages_done, cancel));
+        let (stages_done, done) = bounded::<()>(1);
+        let total_rows = plan.shard_rows();
+        let progress = scope.spawn(move || show_progress(total_rows, live, &done, cancel));
         let Prepared {
             worker,
             bucketing,
@@ -114,7 +114,7 @@ pub(super) fn run_stages(
             layout,
         };
         let stages = spawn_downstream(scope, shared, readers, chunks, worker).join(cancel);
-        stages_done.store(true, Ordering::Relaxed);
+        drop(stages_done);
         let _ = progress.join();
         Ok(Ran {
             stages: stages?,

@@ -1,0 +1,108 @@
+//! The model side of a run's start-up: the model (loaded on its own thread
+//! from the run's start) taken over, the bucketing settled for its device,
+//! the budget calibrated and the size classes warmed.
+
+use std::thread::ScopedJoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::attempt::{run_facts, Attempt};
+use super::threads::Prepared;
+use crate::bucketing::{default_size_classes, Bucketer};
+use crate::config::PipelineConfig;
+use crate::message::{Calibration, Row};
+use crate::reader::ReadPlan;
+use crate::worker::calibrate::{parse_size, CalibrationError};
+use crate::worker::{self, Worker};
+
+/// The model loaded on its own thread; a panic there is this thread's.
+pub(super) fn joined_load(loading: ScopedJoinHandle<'_, Result<Worker>>) -> Result<Worker> {
+    loading
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// `max_segments = "auto"`: measure the model on its device and set the
+/// budget and size classes for the memory target.
+fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calibration> {
+    let target = config.bucketing.gpu_memory.as_deref();
+    let target = target
+        .ok_or(CalibrationError::NoTarget)
+        .and_then(parse_size)?;
+    let calibration = model.calibrate(target, default_size_classes)?;
+    tracing::info!(
+        max_segments = calibration.max_segments,
+        target_mib = target >> 20,
+        measured_mib = calibration.measured_peak_reserved >> 20,
+        "calibrated the segment budget"
+    );
+    config.bucketing.max_segments = calibration.max_segments;
+    config.bucketing.size_classes = Some(calibration.size_classes.clone());
+    Ok(calibration)
+}
+
+/// The device's part of start-up: the budget calibrated (`max_segments =
+/// "auto"`), then the size classes warmed at the budget in force.
+fn prepare_device(
+    config: &mut PipelineConfig,
+    model: &Worker,
+) -> Result<(Option<Calibration>, Option<Duration>)> {
+    let calibration = match config.auto_budget {
+        true => Some(calibrate_budget(config, model)?),
+        false => None,
+    };
+    Ok((calibration, warm_size_classes(config, model)?))
+}
+
+/// The model side of start-up, run while the readers read the first row
+/// groups: the model loaded and probed (begun before, see `run`), the bucketing settled for its
+/// device, the budget calibrated and the size classes warmed.
+pub(super) fn prepare_model(
+    config: &PipelineConfig,
+    loaded: impl FnOnce() -> Result<Worker>,
+    plan: &ReadPlan,
+    allocator_conf: Option<String>,
+    attempt: &Attempt,
+    started: Instant,
+) -> Result<Prepared> {
+    let mut model = loaded()?;
+    model.count_time_from(started);
+    let mut config = config.clone();
+    config.bucketing.settle_for_device(model.device().is_cuda());
+    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
+    let (layout, resumed, shard_rows, _) = attempt;
+    tracing::info!(files = plan.sources.len(), rows = shard_rows,
+        resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
+        shard = %layout.names().shard, attempt = layout.names().attempt,
+        device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
+    // The budget in force: none for the `rows` strategy, as the bucketer knows.
+    let budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();
+    let mut facts = run_facts(&config, plan, &model, allocator_conf, calibration, attempt);
+    facts.warm_up_s = warm_up.map(|d| d.as_secs_f64());
+    facts.model_ready_s = Some(started.elapsed().as_secs_f64());
+    Ok(Prepared {
+        worker: model,
+        bucketing: config.bucketing,
+        budget,
+        facts,
+    })
+}
+
+/// Warms every size class the run will use (`[model] warm_size_classes`),
+/// on CUDA with padded batches only: on CPU, or unpadded, shapes are not
+/// few and there is no caching allocator to settle.
+fn warm_size_classes(config: &PipelineConfig, model: &Worker) -> Result<Option<Duration>> {
+    let padded = config.bucketing.pad_to_size_classes == Some(true);
+    if !(config.model.warm_size_classes && padded && model.device().is_cuda()) {
+        return Ok(None);
+    }
+    let classes = config.bucketing.effective_size_classes();
+    let took = model.warm_size_classes(&classes, config.bucketing.max_rows)?;
+    tracing::info!(
+        classes = classes.len(),
+        seconds = took.as_secs_f64(),
+        "warmed the size classes"
+    );
+    Ok(Some(took))
+}
