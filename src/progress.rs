@@ -4,19 +4,30 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
 use crate::message::LiveCounters;
 
 const TICK: Duration = Duration::from_millis(200);
 const LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// Shows the rows finished (predicted or rejected) of `total_rows` until
-/// `done` or `cancel` is set,
-/// and hands what the run has done to the live metrics.
-pub fn show_progress(total_rows: u64, live: &LiveCounters, done: &AtomicBool, cancel: &AtomicBool) {
+/// `stages_done` closes (its sender dropped) or `cancel` is set, and hands
+/// what the run has done to the live metrics. Waiting on the channel rather
+/// than sleeping a tick lets the run end as soon as its stages have: a
+/// sleeping display added half a tick (0.1 s) to every run.
+pub fn show_progress(
+    total_rows: u64,
+    live: &LiveCounters,
+    stages_done: &Receiver<()>,
+    cancel: &AtomicBool,
+) {
     let bar = crate::logging::draws_progress_bar().then(|| terminal_bar(total_rows));
     let mut last_log = Instant::now();
-    while !done.load(Ordering::Relaxed) && !cancel.load(Ordering::Relaxed) {
-        std::thread::sleep(TICK);
+    while !cancel.load(Ordering::Relaxed) {
+        if stages_done.recv_timeout(TICK) != Err(RecvTimeoutError::Timeout) {
+            break;
+        }
         let snapshot = live.snapshot();
         let rows = snapshot.rows_written + snapshot.rows_rejected;
         crate::metrics::note_progress(snapshot, total_rows);
