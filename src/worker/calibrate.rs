@@ -229,12 +229,22 @@ impl Worker {
 /// A batch of `total` segments in rows of about the median size, with every
 /// extra input present, as the pipeline's columns describe them.
 pub fn synthetic_batch(inputs: &InputSpec, total: usize) -> Batch {
-    let n_rows = total.div_ceil(SEGMENTS_PER_ROW).max(1);
-    let mut segment_counts = vec![SEGMENTS_PER_ROW as i64; n_rows];
-    let assigned = SEGMENTS_PER_ROW * (n_rows - 1);
-    if let Some(last) = segment_counts.last_mut() {
-        *last = total.saturating_sub(assigned).max(1) as i64;
-    }
+    synthetic_batch_of_rows(inputs, total, total.div_ceil(SEGMENTS_PER_ROW), 2)
+}
+
+/// A batch of `total` segments over `n_rows` rows (at least one, at most
+/// `total` unless `total` is 0), segments dealt as evenly as they go, with
+/// `ragged_per_row` values per row in each ragged extra.
+pub fn synthetic_batch_of_rows(
+    inputs: &InputSpec,
+    total: usize,
+    n_rows: usize,
+    ragged_per_row: usize,
+) -> Batch {
+    let n_rows = n_rows.min(total).max(1);
+    let segment_counts: Vec<i64> = (0..n_rows)
+        .map(|i| (total / n_rows + usize::from(i < total % n_rows)).max(1) as i64)
+        .collect();
     let segment_bytes = inputs.segment_bytes();
     let segments = (0..total * segment_bytes)
         .map(|i| (i % 251) as u8)
@@ -244,8 +254,8 @@ pub fn synthetic_batch(inputs: &InputSpec, total: usize) -> Batch {
         .iter()
         .map(|e| match *e {
             ExtraSpec::Ragged => BatchExtra::Ragged {
-                values: vec![0; n_rows * 2],
-                counts: vec![2; n_rows],
+                values: vec![0; n_rows * ragged_per_row],
+                counts: vec![ragged_per_row as i64; n_rows],
             },
             ExtraSpec::Vector { width } => BatchExtra::Vectors {
                 values: vec![0.0; n_rows * width],

@@ -7,18 +7,33 @@
 
 use std::time::{Duration, Instant};
 
-use super::calibrate::synthetic_batch;
+use super::calibrate::synthetic_batch_of_rows;
 use super::{alloc, Worker, WorkerError};
 
+/// Values per row of each ragged extra in a warm-up batch. A real batch
+/// with more, at the row cap, may still reserve a little more memory (a
+/// growth event the report counts); the benchmark's tags average 3.
+const WARM_RAGGED_PER_ROW: usize = 4;
+
 impl Worker {
-    /// Runs one synthetic batch of each size class, largest first; returns
-    /// the time it took. An out-of-memory stops the warm-up, not the run:
-    /// the run's own recovery lowers the budget at the batch that needs it.
-    pub fn warm_size_classes(&self, classes: &[usize]) -> Result<Duration, WorkerError> {
+    /// Runs one synthetic batch of each size class, largest first, each with
+    /// as many rows as a batch of that class can hold (`max_rows`, or one
+    /// segment a row): besides the activations, which grow with segments,
+    /// the per-row tensors grow with rows, and a real batch of many small
+    /// rows (an end-of-input flush) reserved 2 MiB more than a warm-up batch
+    /// of median rows. Returns the time it took. An out-of-memory stops the
+    /// warm-up, not the run: the run's own recovery lowers the budget at the
+    /// batch that needs it.
+    pub fn warm_size_classes(
+        &self,
+        classes: &[usize],
+        max_rows: usize,
+    ) -> Result<Duration, WorkerError> {
         let _no_grad = tch::no_grad_guard();
         let started = Instant::now();
         for &size in classes.iter().rev() {
-            let batch = synthetic_batch(&self.inputs, size);
+            let rows = size.min(max_rows);
+            let batch = synthetic_batch_of_rows(&self.inputs, size, rows, WARM_RAGGED_PER_ROW);
             let answered = self.model.launch(&batch).and_then(|l| l.wait());
             match answered {
                 Ok(_) => {}
