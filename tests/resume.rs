@@ -63,8 +63,16 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
         let kills = if trial == 4 { 2 } else { 1 };
         let mut committed_at_kill = 0;
         for _ in 0..kills {
+            let attempts_before = attempt_markers(&out);
             let mut child = spawn(&file, &[]);
             let after = duration.mul_f64(0.1 + 0.8 * moments.next());
+            if trial == 4 {
+                // An attempt counts once its marker is written: on a loaded
+                // machine a kill at a random moment can land before that,
+                // and the trial's third attempt would be its second.
+                let marked = || attempt_markers(&out) > attempts_before;
+                wait_until(&mut child, Instant::now() + duration * 4, marked);
+            }
             let deadline = Instant::now() + if trial == 5 { duration * 2 } else { after };
             let wait_for_commit = || trial == 5 && has_part(&out, "part-");
             let killed = kill_when(&mut child, deadline, wait_for_commit);
@@ -297,4 +305,12 @@ fn sigterm_exits_143_and_the_rerun_resumes() {
     let records = read_batch_records(&out);
     assert_eq!(record_attempts(&records), [1, 2].into());
     assert_eq!(records.len() as u64, report_u64(&report, "batches"));
+}
+
+/// Attempt markers in `out`'s `_progress` (one per attempt begun).
+fn attempt_markers(out: &Path) -> usize {
+    list_dir(&out.join("_progress"))
+        .iter()
+        .filter(|p| file_name(p).starts_with("attempt-"))
+        .count()
 }
