@@ -176,11 +176,18 @@ int seg_aoti_metadata(const char* path, char* out, size_t out_len, char* err, si
 // weights on the package's device (`device_index` picks the CUDA device;
 // -1 for the current one). The caller owns *out and frees it with
 // seg_aoti_free.
+//
+// Single-threaded: only the model worker's thread runs the package. The
+// thread-aware runner with one model instance makes each call wait on the
+// host (an event synchronize) until the previous call's device work is done
+// (torch 2.11's model_container.h, reclaim_finished_models), so the worker
+// could not queue batch k+1 while batch k runs. On one stream the device
+// orders the runs anyway.
 int seg_aoti_load(const char* path, int device_index, void** out, char* err, size_t err_len) {
   *out = nullptr;
   return guarded_package_call(err, err_len, [&] {
     auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+        path, "model", /*run_single_threaded=*/true, /*num_runners=*/1,
         static_cast<c10::DeviceIndex>(device_index));
     *out = loader.release();
   });
