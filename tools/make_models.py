@@ -514,10 +514,11 @@ def export_model(model: nn.Module, device: str, dtype: torch.dtype):
 
 
 def load_package(path: Path, device: str):
-    """torch._inductor.aoti_load_package, on CUDA with the current device's index: with the
-    default (-1) loading the CUDA digits-seed package crashed (SIGSEGV inside the loader's
-    constructor, H200, torch 2.11) while segpredict, which passes index 0, loaded it. Not yet
-    verified that the index is the cause."""
+    """torch._inductor.aoti_load_package, on CUDA with the current device's index, as
+    segpredict passes it (index 0). Loading the CUDA digits-seed package of the `.item()` export
+    crashed with SIGSEGV inside the loader's constructor (H200, torch 2.11) with the default
+    index -1 and again with the index given, while segpredict loaded the same package; the
+    cause is not known, and the sync-free package has not been loaded in Python on a GPU yet."""
     if device == "cuda":
         return torch._inductor.aoti_load_package(str(path), device_index=torch.cuda.current_device())
     return torch._inductor.aoti_load_package(str(path))
