@@ -5,13 +5,12 @@ Usage: python tools/make_models.py [--only digits-small|digits-seed]   (default:
                                    [--max-autotune] [--out PATH]
        python tools/make_models.py --check-package PATH --only NAME [--device ...] [--dtype ...]
 
---aoti exports the model(s) with torch.export (dynamic segment, row and tag dimensions; the
-Exportable subclasses below, which pool per row without a host sync or a data-dependent shape) and
-compiles them with AOTInductor into a package, models/<name>.pt2 on CPU in f32, else
-models/<name>.<device>[.<dtype>].pt2 (e.g. digits-seed.cuda.bf16.pt2). The weights are those of
-models/<name>.pt (digits-seed's are rebuilt from its seed when the .pt is absent). A package is
-compiled for one device type and, on CPU, for the instruction set of the machine that builds it:
-build it on the kind of machine that runs it. CPU: about 45 s per model on 2 cores (gcc).
+--aoti exports the model(s) with torch.export (the sync-free Exportable subclasses; dynamic segment,
+row and tag dimensions) and compiles them with AOTInductor into a package, models/<name>.pt2 on CPU
+in f32, else models/<name>.<device>[.<dtype>].pt2 (e.g. digits-seed.cuda.bf16.pt2). The weights are
+those of models/<name>.pt (digits-seed's are rebuilt from its seed when the .pt is absent). A
+package is compiled for one device type and, on CPU, for the instruction set of the machine that
+builds it: build it on the kind of machine that runs it. CPU: about 45 s per model on 2 cores (gcc).
 
 Model contract (what segpredict calls; also in models/README.md):
 
