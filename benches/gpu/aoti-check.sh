@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA AOTInductor package of digits-seed on the GPU machine, in one device
 # call (not yet run; expected 3-5 minutes of command time, the build ~100 s of
-# it; each part has its own timeout, 1,065 s in all at worst): does it build,
+# it; each part has its own timeout, 870 s in all at worst): does it build,
 # does it compute what eager does, and is it faster than eager, alone and in a
 # CUDA graph. Each part runs in its own process and a failing part is printed
 # and skipped; the last line is one JSON object (also $OUT/aoti-check.json).
