@@ -2,7 +2,7 @@
 
 Usage: python tools/make_models.py [--only digits-small|digits-seed]   (default: both)
        python tools/make_models.py --aoti [--only NAME] [--device cpu|cuda] [--dtype f32|bf16|f16]
-                                   [--max-autotune] [--out PATH]
+                                   [--max-autotune] [--inductor-config KEY=VALUE ...] [--out PATH]
        python tools/make_models.py --check-package PATH --only NAME [--device ...] [--dtype ...]
 
 --aoti exports the model(s) with torch.export (the sync-free Exportable subclasses; dynamic segment,
@@ -590,7 +590,8 @@ def check_package(path: Path, model: nn.Module, original: nn.Module, device: str
     assert worst_original <= bound, f"the sync-free model differs from the original by {worst_original:.3g}"
 
 
-def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None) -> None:
+def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
+               extra_configs: dict | None = None) -> None:
     t0 = time.perf_counter()
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available here")
@@ -603,6 +604,7 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         # segpredict reads the dtype the package takes from its metadata.
         "aot_inductor.metadata": {"segpredict.dtype": dtype_name},
         "max_autotune": max_autotune,
+        **(extra_configs or {}),
     }
     torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     if not (MODELS / f"{name}.labels.txt").exists():
@@ -622,6 +624,21 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         print(f"[{name}] package's item accuracy on {SAMPLE.relative_to(ROOT)}: {acc:.4f}")
 
 
+def inductor_configs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    import ast  # here, not at the top: a line above the model classes changes the .pt files (debug info)
+
+    configs = {}
+    for item in args.inductor_config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--inductor-config {item!r}: expected KEY=VALUE")
+        try:
+            configs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            ap.error(f"--inductor-config {item!r}: VALUE is not a Python literal")
+    return configs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Build TorchScript models (and AOTInductor packages) under models/.")
     ap.add_argument("--only", choices=["digits-small", "digits-seed"])
@@ -629,6 +646,9 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="--aoti: the package's device")
     ap.add_argument("--dtype", choices=list(DTYPES), default="f32", help="--aoti: the package's dtype")
     ap.add_argument("--max-autotune", action="store_true", help="--aoti: inductor's max_autotune (slow to build)")
+    ap.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="--aoti: one more inductor config, VALUE a Python literal (repeatable), "
+                         "e.g. triton.persistent_reductions=False")
     ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     ap.add_argument("--check-package", type=Path, help="with --only: check this package against the eager model")
     args = ap.parse_args()
@@ -645,7 +665,7 @@ def main() -> None:
         if args.out and not args.only:
             ap.error("--out needs --only")
         for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
-            build_aoti(name, args.device, args.dtype, args.max_autotune, args.out)
+            build_aoti(name, args.device, args.dtype, args.max_autotune, args.out, inductor_configs(ap, args))
         return
     if args.only is None or os.environ.get("PYTHONHASHSEED") != "0":
         # One process per model, with a fixed PYTHONHASHSEED: TorchScript's generated code

@@ -28,7 +28,8 @@
 #   MODEL=.device/models/digits-seed.pt MAKE_MODELS=.device/tools/make_models.py \
 #     [SEGPREDICT=.device/segpredict] OUT=$OUT bash .device/gpu/aoti-check.sh
 # MODEL is optional: without it the TorchScript model is not timed, and the
-# weights are digits-seed's, rebuilt from its seed.
+# weights are digits-seed's, rebuilt from its seed. INDUCTOR_CONFIGS="k=v ..."
+# passes inductor configs to the build (make_models.py --inductor-config).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-out/aoti-check}; ROWS=${ROWS:-4000}; WORK=${WORK:-/tmp/segpredict-aoti}; PY=${PYTHON:-python3}
@@ -47,7 +48,9 @@ fi
 echo "== 1. build and check the package"
 rm -f "$PACKAGE"
 start=$(date +%s)
-timeout 300 $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$PACKAGE" 2>&1 \
+configs=(); for c in ${INDUCTOR_CONFIGS:-}; do configs+=(--inductor-config "$c"); done
+timeout 300 $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$PACKAGE" \
+  "${configs[@]}" 2>&1 \
   | grep -v "^W1203"
 build_rc=${PIPESTATUS[0]}
 echo "make_models exit $build_rc after $(( $(date +%s) - start )) s (build and check; the check's failure alone also exits 1)"
