@@ -326,18 +326,80 @@ impl<T: Segmented> Gathering<T> {
     }
 }
 
-/// Leftover rows at the end of input, grouped by segment count, each group
-/// oldest first: finish's packing asks it for the largest row that fits.
-type BySize<T> = BTreeMap<usize, VecDeque<Held<T>>>;
+/// Leftover rows at the end of input, grouped by segment count (each group
+/// oldest first), with their totals: finish's packing asks it for the
+/// largest or the smallest row that fits.
+struct Leftovers<T> {
+    by_size: BTreeMap<usize, VecDeque<Held<T>>>,
+    rows: usize,
+    segments: usize,
+}
 
-/// The largest (then oldest) row with at most `room` segments.
-fn pop_largest_within<T>(by_size: &mut BySize<T>, room: usize) -> Option<Held<T>> {
-    let (&n, group) = by_size.range_mut(..=room).next_back()?;
-    let held = group.pop_front();
-    if group.is_empty() {
-        by_size.remove(&n);
+impl<T: Segmented> Leftovers<T> {
+    fn new() -> Self {
+        Self {
+            by_size: BTreeMap::new(),
+            rows: 0,
+            segments: 0,
+        }
     }
-    held
+
+    fn add(&mut self, held: Held<T>) {
+        let n = held.n_segments();
+        self.rows += 1;
+        self.segments = self.segments.saturating_add(n);
+        self.by_size.entry(n).or_default().push_back(held);
+    }
+
+    fn largest(&self) -> Option<usize> {
+        self.by_size.keys().next_back().copied()
+    }
+
+    /// The same sizes with no rows behind them, to try a packing on.
+    fn sizes(&self) -> Leftovers<Size> {
+        let mut sizes = Leftovers::new();
+        for (&n, group) in &self.by_size {
+            for _ in 0..group.len() {
+                sizes.add(Held {
+                    arrival: 0,
+                    row: Size(n),
+                });
+            }
+        }
+        sizes
+    }
+
+    /// The largest (then oldest) row with at most `room` segments.
+    fn pop_largest_within(&mut self, room: usize) -> Option<Held<T>> {
+        let n = *self.by_size.range(..=room).next_back()?.0;
+        self.pop_of_size(n)
+    }
+
+    /// The smallest (then oldest) row, if it has at most `room` segments.
+    fn pop_smallest_within(&mut self, room: usize) -> Option<Held<T>> {
+        let n = *self.by_size.range(..=room).next()?.0;
+        self.pop_of_size(n)
+    }
+
+    fn pop_of_size(&mut self, n: usize) -> Option<Held<T>> {
+        let group = self.by_size.get_mut(&n)?;
+        let held = group.pop_front()?;
+        if group.is_empty() {
+            self.by_size.remove(&n);
+        }
+        self.rows -= 1;
+        self.segments = self.segments.saturating_sub(n);
+        Some(held)
+    }
+}
+
+/// A leftover reduced to its segment count.
+struct Size(usize);
+
+impl Segmented for Size {
+    fn n_segments(&self) -> usize {
+        self.0
+    }
 }
 
 /// Groups rows into batches under a segment budget and a row cap.
@@ -404,8 +466,12 @@ impl<T: Segmented> Bucketer<T> {
             self.flush_bucket(index, FlushReason::BudgetReached, &mut ready);
         }
         self.hold(index, row);
-        if let Some(reason) = self.full_reason(index) {
-            self.flush_bucket(index, reason, &mut ready);
+        match self.full_reason(index) {
+            Some(FlushReason::RowCapReached) if !self.by_rows => {
+                self.flush_half_of_row_capped(index, &mut ready);
+            }
+            Some(reason) => self.flush_bucket(index, reason, &mut ready),
+            None => {}
         }
         if self.held_rows >= self.max_held_rows {
             self.flush_fullest_bucket(&mut ready);
@@ -417,12 +483,14 @@ impl<T: Segmented> Bucketer<T> {
     /// budget and row cap allow, so the run's last batches are full too
     /// rather than one per bucket. On the benchmark's input (1M rows of
     /// `benches/gpu/make_data.py`, `segpredict inspect` with
-    /// `seed-budget.toml`) its 12 end-of-input batches became 7.
+    /// `seed-budget.toml`) its 12 end-of-input batches became 6, and the
+    /// plan 2,556 batches, the fewest that can hold its segments.
     pub fn finish(&mut self) -> Vec<PlannedBatch<T>> {
         self.replan_pending = false;
-        let mut by_size = self.take_all_by_size();
+        let mut leftovers = self.take_leftovers();
+        let spread = self.spreading_packs_fewer(&leftovers);
         let mut ready = Vec::new();
-        while let Some(batch) = self.pack_largest_first(&mut by_size) {
+        while let Some(batch) = self.pack_leftovers(&mut leftovers, spread) {
             ready.push(self.leave(batch, FlushReason::EndOfInput));
         }
         ready
@@ -531,7 +599,8 @@ impl<T: Segmented> Bucketer<T> {
     /// buckets). On the benchmark's input (1M rows of
     /// `benches/gpu/make_data.py`, `segpredict inspect` with
     /// `seed-budget.toml`) top-ups and the packed end of input took padding
-    /// from 348,509 segments (0.83% of the padded total) to 36,189 (0.09%).
+    /// from 348,509 segments (0.83% of the padded total) to 36,189 (0.09%),
+    /// and with row-capped buckets topped up too, to 3,421 (0.008%).
     fn top_up(&mut self, batch: &mut Gathering<T>) {
         if self.by_rows || batch.n_segments > self.max_segments {
             return;
@@ -549,6 +618,27 @@ impl<T: Segmented> Bucketer<T> {
                 None => index -= 1,
             }
         }
+    }
+
+    /// A bucket at the row cap holds small rows, and `max_rows` of them alone
+    /// may fill only part of the budget (4,096 rows of 2-3 segments are
+    /// about 10k of 16,384), the rest padding. So the older half leaves, and
+    /// the top-up fills the batch with the largest held rows that fit, this
+    /// bucket's own last. With nothing larger held, the batch is the whole
+    /// bucket as before. On the benchmark's input this took padding from
+    /// 36,189 segments to 4,445 (18 row-capped batches of 2-3-segment rows
+    /// had been padded from about 10k to 12,288).
+    fn flush_half_of_row_capped(&mut self, index: usize, ready: &mut Vec<PlannedBatch<T>>) {
+        let leaving = self.bucket(index).rows.len().div_ceil(2);
+        let mut batch = Gathering::new();
+        for _ in 0..leaving {
+            if let Some(held) = self.bucket_mut(index).pop_oldest_within(usize::MAX) {
+                self.held_rows -= 1;
+                batch.add(held);
+            }
+        }
+        self.top_up(&mut batch);
+        ready.push(self.leave(batch, FlushReason::RowCapReached));
     }
 
     /// Bounds host memory: the bucket with the most segments is the one whose
@@ -620,38 +710,84 @@ impl<T: Segmented> Bucketer<T> {
     }
 
     /// Every held row, grouped by segment count for finish's packing.
-    fn take_all_by_size(&mut self) -> BySize<T> {
-        let mut by_size = BySize::new();
+    fn take_leftovers(&mut self) -> Leftovers<T> {
+        let mut leftovers = Leftovers::new();
         for index in 0..BUCKET_COUNT {
             for held in self.take_bucket(index) {
-                by_size
-                    .entry(held.n_segments())
-                    .or_default()
-                    .push_back(held);
+                leftovers.add(held);
             }
         }
-        by_size
+        leftovers
     }
 
-    /// One batch of the leftovers: the largest row opens it and the largest
-    /// rows that still fit fill it (best fit, decreasing), so it closes only
-    /// when no leftover row fits or the row cap is reached. A row over a
-    /// lowered budget leaves alone.
-    fn pack_largest_first(&self, by_size: &mut BySize<T>) -> Option<Gathering<T>> {
-        let largest = *by_size.keys().next_back()?;
+    /// One batch of the leftovers: the largest rows that still fit fill it
+    /// (best fit, decreasing), so it closes only when no leftover row fits
+    /// or at the row cap. With `spread`, a batch first takes its share of the
+    /// smallest rows, so they do not all end up last, where the row cap
+    /// could make batches of them alone. A row over a lowered budget leaves
+    /// alone.
+    fn pack_leftovers<U: Segmented>(
+        &self,
+        leftovers: &mut Leftovers<U>,
+        spread: bool,
+    ) -> Option<Gathering<U>> {
+        let largest = leftovers.largest()?;
         let mut batch = Gathering::new();
         if largest > self.max_segments {
-            batch.add(pop_largest_within(by_size, largest)?);
+            batch.add(leftovers.pop_largest_within(largest)?);
             return Some(batch);
         }
-        while batch.len() < self.max_rows {
-            let room = self.max_segments - batch.n_segments;
-            let Some(held) = pop_largest_within(by_size, room) else {
+        if spread {
+            let share = self.share_of_smallest_rows(leftovers);
+            self.fill(&mut batch, share, |room| {
+                leftovers.pop_smallest_within(room)
+            });
+        }
+        self.fill(&mut batch, self.max_rows, |room| {
+            leftovers.pop_largest_within(room)
+        });
+        Some(batch)
+    }
+
+    /// Whether spreading the smallest rows packs the leftovers into fewer
+    /// batches than largest first alone, tried on their sizes. Neither wins
+    /// everywhere: spreading helps when many small rows would meet the row
+    /// cap at the end (on the benchmark's input, 6 leftover batches instead
+    /// of 7), and costs when those small rows were needed to fill gaps.
+    fn spreading_packs_fewer<U: Segmented>(&self, leftovers: &Leftovers<U>) -> bool {
+        // Without more rows than one batch takes, the row cap cannot bite.
+        if leftovers.rows <= self.max_rows {
+            return false;
+        }
+        let batches = |spread| {
+            let mut sizes = leftovers.sizes();
+            std::iter::from_fn(|| self.pack_leftovers(&mut sizes, spread)).count()
+        };
+        batches(true) < batches(false)
+    }
+
+    /// Rows each batch must take for the row cap to let the leftovers fit in
+    /// the fewest batches.
+    fn share_of_smallest_rows<U: Segmented>(&self, leftovers: &Leftovers<U>) -> usize {
+        let fewest = (leftovers.segments.div_ceil(self.max_segments))
+            .max(leftovers.rows.div_ceil(self.max_rows));
+        leftovers.rows.div_ceil(fewest)
+    }
+
+    /// Adds rows from `next` (given the room left) until it has none that
+    /// fits or the batch holds `up_to` rows.
+    fn fill<U: Segmented>(
+        &self,
+        batch: &mut Gathering<U>,
+        up_to: usize,
+        mut next: impl FnMut(usize) -> Option<Held<U>>,
+    ) {
+        while batch.len() < up_to {
+            let Some(held) = next(self.max_segments - batch.n_segments) else {
                 break;
             };
             batch.add(held);
         }
-        Some(batch)
     }
 
     /// The batch as it leaves; a lone row over the budget (possible after
@@ -934,6 +1070,30 @@ mod tests {
     }
 
     #[test]
+    fn a_row_capped_bucket_leaves_half_and_fills_up_with_larger_rows() {
+        let mut bucketer = bucketer(&config(100, 4, 1000));
+        let batches = push_all(&mut bucketer, rows(&[40, 1, 1, 1, 1]));
+        assert_eq!(batches.len(), 1);
+        // The two oldest 1s, then 40, then the next 1 up to the cap: four
+        // 1s alone would have left as a batch of 4 segments.
+        assert_eq!(ids(&batches[0]), vec![0, 1, 2, 3]);
+        assert_eq!(batches[0].n_segments, 43);
+        assert_eq!(batches[0].reason, FlushReason::RowCapReached);
+        assert_eq!(bucketer.held_rows(), 1);
+    }
+
+    #[test]
+    fn finish_spreads_small_rows_only_where_that_packs_fewer() {
+        // More rows than the cap: spreading would put 1 and 2 together and
+        // leave 8 and 4 apart (three batches); largest first needs two.
+        let mut bucketer = bucketer(&config(10, 2, 1000));
+        assert!(push_all(&mut bucketer, rows(&[1, 2, 4, 8])).is_empty());
+        let batches = bucketer.finish();
+        let all: Vec<Vec<usize>> = batches.iter().map(ids).collect();
+        assert_eq!(all, vec![vec![1, 3], vec![0, 2]]);
+    }
+
+    #[test]
     fn rows_strategy_keeps_arrival_order_and_row_count() {
         let config = BucketingConfig {
             strategy: BatchingStrategy::Rows,
@@ -1116,14 +1276,16 @@ mod tests {
         let real: usize = counts.iter().sum();
         let padded: usize = batches.iter().map(|batch| batch.padded_segments).sum();
         let padding = (padded - real) as f64 / padded as f64;
-        // Measured here: 0.93% of the padded segments before top-ups and
-        // packed leftovers, 0.09% with them (what is left is mostly batches
-        // of 2-3-segment rows at the row cap).
+        // Measured here: main's planner padded 0.93% of the padded total in
+        // 1,041 batches; top-ups and a packed end took it to 0.09% in 1,029;
+        // row-capped buckets topped up too, to 0.013% (2,175 segments, all in
+        // the last batch) in 1,024, the fewest that hold the segments.
         assert!(
-            padding < 0.002,
+            padding < 0.0005,
             "padding {:.3}% of the padded segments",
             padding * 100.0
         );
+        assert_eq!(batches.len(), real.div_ceil(budget));
         // Each leftover batch but the last leaves full, on segments or on
         // rows; bucket by bucket, 12 left here, most of them far from full.
         let (last, rest) = batches[finish_from..].split_last().expect("leftovers");
