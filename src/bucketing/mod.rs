@@ -43,10 +43,11 @@ pub struct BucketingConfig {
     /// overhead (row tensors, output rows) when rows have very few segments;
     /// too low and batches of tiny rows stay far below the segment budget.
     pub max_rows: usize,
-    /// Bound on rows held across all buckets; when reached, the bucket with the
-    /// most segments leaves early, possibly under-filled. Default 16384. Host
-    /// memory for held rows grows with it; too low and rare-size buckets are
-    /// flushed before they fill, wasting GPU work on padding.
+    /// Bound on rows held across all buckets; when reached, the bucket with
+    /// the most segments leaves early, topped up with other held rows.
+    /// Default 16384. Host memory for held rows grows with it; too low and
+    /// buckets leave before they fill, with few rows held to fill them up,
+    /// wasting GPU work on padding.
     pub max_held_rows: usize,
     /// Pad each batch's segment total up to a size class so the model sees few
     /// shapes. Default: on for CUDA, off on CPU. Costs the padded segments'
