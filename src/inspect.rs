@@ -592,7 +592,7 @@ mod tests {
     #[test]
     fn unpadded_plans_give_the_spread_of_batch_sizes_padded_ones_the_shapes() {
         let counts = SegmentCounts {
-            counts: vec![30, 30, 30, 10, 5],
+            counts: vec![40, 40, 30, 30, 30, 5],
             null_rows: 0,
         };
         let describe = |pad| {
@@ -610,7 +610,7 @@ mod tests {
             out
         };
         assert!(
-            describe(false).contains("min 5, median 30, max 60 segments"),
+            describe(false).contains("min 30, median 45, max 60 segments"),
             "{}",
             describe(false)
         );
