@@ -49,6 +49,10 @@ enum Command {
     /// Measure the model's device memory against segments per batch and
     /// print the largest budget that keeps a run under a memory target.
     Calibrate(CalibrateArgs),
+    /// Time the model alone on the pipeline's device: batches of one shape
+    /// run back to back with their inputs already on the device, the
+    /// ceiling a run at that shape can approach.
+    Speed(SpeedArgs),
     /// Commit a sharded run by hand: check every shard's accounting and
     /// write `_SUCCESS`, or say which shards are missing.
     Commit(CommitArgs),
@@ -181,6 +185,27 @@ struct CalibrateArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct SpeedArgs {
+    /// The pipeline file (TOML): its model, dtype, device and input columns.
+    pipeline: PathBuf,
+    /// Segments a batch [default: the budget a run would use on the device]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    segments: Option<u64>,
+    /// Rows a batch [default: segments / 18, the sample's median row]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    rows: Option<u64>,
+    /// Batches timed, after 5 untimed ones.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    batches: u64,
+    /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
+    #[arg(long)]
+    device: Option<String>,
+    /// Also write the measurement as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 struct RunArgs {
     #[command(flatten)]
     pipeline: PipelineArgs,
@@ -286,6 +311,7 @@ pub fn main() -> ExitCode {
             Command::Calibrate(args) => tools::calibrate(args).map(|()| Outcome::Done),
             Command::Commit(args) => tools::commit(&args.dir),
             Command::Check(args) => tools::check(args).map(|()| Outcome::Done),
+            Command::Speed(args) => tools::speed(args).map(|()| Outcome::Done),
             Command::Inspect(args) => tools::inspect(args).map(|()| Outcome::Done),
             Command::Completions { shell } => tools::completions(shell).map(|()| Outcome::Done),
             Command::Man => tools::man().map(|()| Outcome::Done),

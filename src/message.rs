@@ -578,6 +578,21 @@ pub struct LinearFit {
     pub slope: f64,
 }
 
+/// The model alone on its device at one batch shape (`segpredict speed`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelSpeed {
+    /// Segments a batch (the shape's first dimension).
+    pub segments: usize,
+    pub rows: usize,
+    /// Batches timed, after an untimed warm-up.
+    pub batches: usize,
+    pub seconds: f64,
+    pub segments_per_s: f64,
+    /// Per batch: device time on CUDA (events), host time on CPU.
+    pub batch_ms_median: f64,
+    pub batch_ms_p90: f64,
+}
+
 /// The segment budget the model worker measured for a device-memory target.
 #[derive(Debug, Clone)]
 pub struct Calibration {

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use crate::bucketing::{default_size_classes, Bucketer};
 use crate::commit::{commit_run, CommitState};
 use crate::config::PipelineConfig;
-use crate::message::{Calibration, Row, ShardSpec};
+use crate::message::{Calibration, ModelSpeed, Row, ShardSpec};
 use crate::reader::ReadPlan;
 use crate::report::{RunFacts, RunReport};
 use crate::worker::calibrate::{parse_size, CalibrationError};
@@ -49,6 +49,36 @@ fn load_worker(config: &PipelineConfig) -> Result<Worker> {
 pub fn calibrate(config: &PipelineConfig, gpu_memory: &str) -> Result<Calibration> {
     let target = parse_size(gpu_memory)?;
     Ok(load_worker(config)?.calibrate(target, default_size_classes)?)
+}
+
+/// What `speed` measured, and on what.
+#[derive(Debug)]
+pub struct SpeedReport {
+    pub speed: ModelSpeed,
+    /// As users write it: `cpu`, `cuda:0`.
+    pub device: String,
+    pub format: worker::ModelFormat,
+}
+
+/// `segpredict speed`: the model alone on the pipeline's device, at
+/// `segments` a batch (default: the budget a run would use there) in
+/// `rows` rows (default: rows of the median segment count, as calibration).
+pub fn speed(
+    config: &PipelineConfig,
+    segments: Option<usize>,
+    rows: Option<usize>,
+    batches: usize,
+) -> Result<SpeedReport> {
+    let model = load_worker(config)?;
+    let mut bucketing = config.bucketing.clone();
+    bucketing.settle_for_device(model.device().is_cuda());
+    let segments = segments.unwrap_or(bucketing.max_segments);
+    let rows = rows.unwrap_or(segments.div_ceil(worker::calibrate::SEGMENTS_PER_ROW));
+    Ok(SpeedReport {
+        speed: model.speed_alone(segments, rows, batches)?,
+        device: worker::device_name(model.device()),
+        format: model.format(),
+    })
 }
 
 /// What `check` found: the run would start.

@@ -679,3 +679,59 @@ fn check_takes_on_bad_file_and_refuses_zero_shards() {
     let zero = segpredict(&["check", path, "--shards", "0"]);
     assert_eq!(zero.code, 2, "{}", zero.describe());
 }
+
+/// `speed` times the real model alone through the run's own loader, for
+/// both formats: by default at the pipeline's budget, the batches asked, a
+/// rate that is the batches' segments over the time.
+#[test]
+fn speed_times_the_model_alone_in_either_format() {
+    let dir = tmp();
+    let models = [
+        ("torchscript", model()),
+        ("aoti", repo().join("models/digits-small.pt2")),
+    ];
+    for (format, path) in models {
+        let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+        pipeline.model = path;
+        pipeline.max_segments = 1024;
+        let file = pipeline.write(&dir.path().join(format!("{format}.toml")));
+        let json = dir.path().join(format!("{format}.json"));
+        let file_arg = file.to_str().unwrap();
+        let json_arg = json.to_str().unwrap();
+        let timed = segpredict(&["speed", file_arg, "--batches", "4", "--json", json_arg]);
+        timed.expect_code(0);
+        assert!(
+            timed.stdout.contains(&format!(
+                "model alone on cpu ({format}, f32): 4 batches of 1024 segments"
+            )),
+            "{}",
+            timed.describe()
+        );
+        let measured: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let speed = &measured["speed"];
+        assert_eq!(measured["format"], format);
+        assert_eq!(speed["segments"], 1024);
+        assert_eq!(speed["rows"], 57);
+        let seconds = speed["seconds"].as_f64().unwrap();
+        let rate = speed["segments_per_s"].as_f64().unwrap();
+        assert!(
+            (rate * seconds - 4.0 * 1024.0).abs() < 1e-6 * rate * seconds,
+            "{measured}"
+        );
+        let (median, p90) = (
+            speed["batch_ms_median"].as_f64().unwrap(),
+            speed["batch_ms_p90"].as_f64().unwrap(),
+        );
+        assert!(
+            median > 0.0 && median <= p90 && p90 <= seconds * 1e3,
+            "{measured}"
+        );
+    }
+    assert!(
+        !dir.path().join("out").exists(),
+        "speed touched the output directory"
+    );
+    let refused = segpredict(&["speed", "no-such.toml", "--batches", "0"]);
+    assert_eq!(refused.code, 2, "{}", refused.describe());
+}

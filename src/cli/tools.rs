@@ -1,12 +1,12 @@
 //! The commands around `run`: look at input before a run (`inspect`),
 //! check a pipeline without running it (`check`), size the budget
-//! (`calibrate`), commit a sharded run by hand (`commit`), and the shell
+//! (`calibrate`), time the model alone (`speed`), commit a sharded run by hand (`commit`), and the shell
 //! completions and manual page.
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use super::{CalibrateArgs, CheckArgs, Cli, InspectArgs};
+use super::{CalibrateArgs, CheckArgs, Cli, InspectArgs, SpeedArgs};
 use crate::commit::{commit_run, CommitState, Totals};
 use crate::config::{Overrides, PipelineConfig};
 use crate::exit::Outcome;
@@ -92,6 +92,46 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<()> {
     );
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&report::CalibrationReport::from(&calibration))?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub(super) fn speed(args: SpeedArgs) -> Result<()> {
+    let mut config = PipelineConfig::load(&args.pipeline)?;
+    config.apply(&Overrides {
+        device: args.device,
+        ..Overrides::default()
+    });
+    worker::configure_allocator(&config.model);
+    let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let measured = pipeline::speed(
+        &config,
+        args.segments.map(to_usize),
+        args.rows.map(to_usize),
+        to_usize(args.batches),
+    )?;
+    let s = &measured.speed;
+    let format = format!("{:?}", measured.format).to_lowercase();
+    println!(
+        "model alone on {} ({}, {}): {} batches of {} segments in {} rows: {:.0} segments/s; per batch {:.3} ms median, {:.3} ms p90",
+        measured.device,
+        format,
+        format!("{:?}", config.model.dtype).to_lowercase(),
+        s.batches,
+        s.segments,
+        s.rows,
+        s.segments_per_s,
+        s.batch_ms_median,
+        s.batch_ms_p90
+    );
+    if let Some(path) = args.json {
+        let json = serde_json::json!({
+            "device": measured.device,
+            "format": format,
+            "speed": s,
+        });
+        let text = serde_json::to_string_pretty(&json)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -11,6 +11,7 @@ pub mod calibrate;
 mod device;
 mod model;
 mod probe;
+mod speed;
 pub mod split;
 mod torch_error;
 mod warm;
@@ -193,6 +194,12 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
+    #[error("timing the model alone: it failed on a synthetic batch of {segments} segments")]
+    Speed {
+        segments: usize,
+        #[source]
+        source: TorchError,
+    },
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
     #[error(transparent)]
@@ -209,7 +216,9 @@ impl WorkerError {
             | WorkerError::ChannelsLast { source, .. }
             | WorkerError::Forward { source, .. } => !source.is_device_failure(),
             WorkerError::Probe { source, .. } => !source.is_device_failure(),
-            WorkerError::Warm { source, .. } => !source.is_device_failure(),
+            WorkerError::Warm { source, .. } | WorkerError::Speed { source, .. } => {
+                !source.is_device_failure()
+            }
             WorkerError::NoCuda(_) | WorkerError::Stats(_) => false,
             WorkerError::ModelMissing { .. }
             | WorkerError::Aoti(_)
@@ -628,6 +637,11 @@ impl Worker {
     }
 
     /// The label of each class id the model returns.
+    /// How the model file was exported: `TorchScript` or `Aoti`.
+    pub fn format(&self) -> ModelFormat {
+        self.model.format()
+    }
+
     pub fn labels(&self) -> Arc<Vec<String>> {
         self.labels.clone()
     }

@@ -78,6 +78,11 @@ impl Model {
         })
     }
 
+    /// How the model file was exported (never `Auto`).
+    pub fn format(&self) -> super::ModelFormat {
+        self.backend.format()
+    }
+
     /// Whether the backend can re-lay its weights channels-last.
     pub fn supports_channels_last(&self) -> bool {
         self.backend.supports_channels_last()
@@ -127,8 +132,15 @@ impl Model {
         }
     }
 
+    /// The backend alone on inputs already on the device; its output is
+    /// dropped (`segpredict speed`).
+    pub fn forward_alone(&self, inputs: &[Tensor]) -> Result<(), TorchError> {
+        drop(self.backend.forward(inputs)?);
+        Ok(())
+    }
+
     /// `forward(segments, segment_counts, *extras)`, every tensor on the device.
-    fn inputs(&self, batch: &Batch) -> Result<Vec<Tensor>, TorchError> {
+    pub fn inputs(&self, batch: &Batch) -> Result<Vec<Tensor>, TorchError> {
         let mut shape = vec![batch.padded_segments as i64];
         shape.extend_from_slice(&self.segment_shape);
         let segments = Tensor::f_from_data_size(&batch.segments, &shape, self.segment_kind())?;

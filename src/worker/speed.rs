@@ -1,0 +1,124 @@
+//! The model alone on its device (`segpredict speed`): one synthetic batch
+//! uploaded once, then run back to back, one queued while one runs; no
+//! reading, bucketing, uploads or writing. It is the ceiling a run at that
+//! shape can approach, measured through the same loader and backend as the
+//! run (TorchScript or an AOTInductor package), so a run's fraction of it
+//! says what the pipeline around the model costs.
+
+use std::time::Instant;
+
+use super::alloc::DeviceEvent;
+use super::calibrate::synthetic_batch_of_rows;
+use super::{Worker, WorkerError};
+use crate::message::ModelSpeed;
+
+/// Untimed batches first: kernel selection and the allocator's first
+/// reservations are start-up, not speed.
+const WARM_BATCHES: usize = 5;
+
+/// Ragged values a row in the timed batch (the benchmark's tags average 3).
+const RAGGED_PER_ROW: usize = 2;
+
+impl Worker {
+    /// Runs `batches` batches of `segments` segments in `rows` rows after a
+    /// warm-up, and returns the rate and the per-batch device time.
+    pub fn speed_alone(
+        &self,
+        segments: usize,
+        rows: usize,
+        batches: usize,
+    ) -> Result<ModelSpeed, WorkerError> {
+        let _no_grad = tch::no_grad_guard();
+        let _inference = super::alloc::InferenceModeGuard::enter();
+        let failed = |source| WorkerError::Speed { segments, source };
+        let batch = synthetic_batch_of_rows(&self.inputs, segments, rows, RAGGED_PER_ROW);
+        let inputs = self.model.inputs(&batch).map_err(failed)?;
+        for _ in 0..WARM_BATCHES {
+            self.model.forward_alone(&inputs).map_err(failed)?;
+        }
+        self.mark()?.wait()?;
+        let started = Instant::now();
+        let mut marks = vec![self.mark()?];
+        for _ in 0..batches {
+            self.model.forward_alone(&inputs).map_err(failed)?;
+            marks.push(self.mark()?);
+        }
+        if let Some(last) = marks.last() {
+            last.wait()?;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let mut per_batch = marks
+            .windows(2)
+            .map(|pair| pair[0].ms_until(&pair[1]))
+            .collect::<Result<Vec<f64>, _>>()?;
+        per_batch.sort_by(f64::total_cmp);
+        Ok(ModelSpeed {
+            segments,
+            rows: batch.rows.len(),
+            batches,
+            seconds,
+            segments_per_s: (segments * batches) as f64 / seconds,
+            batch_ms_median: nearest_rank(&per_batch, 0.5),
+            batch_ms_p90: nearest_rank(&per_batch, 0.9),
+        })
+    }
+
+    /// A point in time: a device event on CUDA (each batch's own device
+    /// time), the host clock on CPU (where a forward pass has run when it
+    /// returns).
+    fn mark(&self) -> Result<Mark, WorkerError> {
+        Ok(match self.cuda_index() {
+            Some(index) => match DeviceEvent::record(index)? {
+                Some(event) => Mark::Device(event),
+                None => Mark::Host(Instant::now()),
+            },
+            None => Mark::Host(Instant::now()),
+        })
+    }
+}
+
+/// The `q` quantile of sorted values by nearest rank; NaN when empty.
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+enum Mark {
+    Device(DeviceEvent),
+    Host(Instant),
+}
+
+impl Mark {
+    /// Until the device has passed this mark (at once on the host clock).
+    fn wait(&self) -> Result<(), WorkerError> {
+        if let Mark::Device(event) = self {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    fn ms_until(&self, later: &Mark) -> Result<f64, WorkerError> {
+        Ok(match (self, later) {
+            (Mark::Device(a), Mark::Device(b)) => a.elapsed_ms(b)?,
+            (Mark::Host(a), Mark::Host(b)) => (*b - *a).as_secs_f64() * 1e3,
+            // One run records one kind of mark.
+            _ => f64::NAN,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest_rank;
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let ms: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(nearest_rank(&ms, 0.5), 5.0);
+        assert_eq!(nearest_rank(&ms, 0.9), 9.0);
+        assert!(nearest_rank(&[], 0.5).is_nan());
+    }
+}
