@@ -261,7 +261,7 @@ def main() -> None:
     curve_of = lambda group: aoti_curve if ("aoti" in group and aoti_curve) else curve  # noqa: E731
     groups: dict[str, list] = {}
     for path in sorted(runs.glob("*.json")):
-        if path.stem.endswith(".ids") or path.stem.startswith(("ceiling", "gpumem-")):
+        if path.stem.endswith(".ids") or path.stem.startswith(("ceiling", "gpumem-", "speed-")):
             continue
         data = json.loads(path.read_text())
         if not data.get("batch_records") or "queued_at_ms" not in data["batch_records"][0]:
@@ -280,6 +280,15 @@ def main() -> None:
         if c:
             lines.append(f"{name} at the budget shape {budget}: 1 stream {c[budget].get('sps_1'):,} / "
                          f"2 streams {c[budget].get('sps_2', 0):,} segs/s; device {c[budget]['device_ms']} ms per batch (1 stream)")
+    for backend in ("torchscript", "aoti"):
+        speed_file = runs / f"speed-ceiling-{backend}.json"
+        if speed_file.exists():
+            by_shape = {r["segments"]: r for r in json.loads(speed_file.read_text())["results"]}
+            if budget in by_shape:
+                r = by_shape[budget]
+                summary[f"speed_{backend}"] = r
+                lines.append(f"{backend} alone through `segpredict speed` at {budget}: {r['segments_per_s']:,} segs/s, "
+                             f"device {r['device_ms_median']} ms per batch (p90 {r['device_ms_p90']})")
     if aoti_curve:
         summary["aoti_ceiling"] = {str(k): v for k, v in aoti_curve.items()}
         summary["aoti_ceiling_best_sps"] = aoti_curve[budget]["best_sps"]
