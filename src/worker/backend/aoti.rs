@@ -251,6 +251,15 @@ impl AotiPackage {
             dtype = ?kind,
             "AOTInductor package"
         );
+        if device.is_cuda() {
+            // Seen on an H200 with torch 2.11 (benches/gpu/RESULTS.md, session 3): a CUDA
+            // package of digits-seed passed every check here and ran, yet half its labels
+            // differed from the same model in TorchScript. CPU packages match.
+            tracing::warn!(
+                path = %path.display(),
+                "CUDA AOTInductor packages gave wrong predictions in segpredict's own H200 benchmark (torch 2.11, cause not found); compare a sample of this package's output with the model's before trusting it"
+            );
+        }
         Ok(package(load_package(path, device)?))
     }
 
