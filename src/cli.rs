@@ -188,7 +188,8 @@ struct CalibrateArgs {
 struct SpeedArgs {
     /// The pipeline file (TOML): its model, dtype, device and input columns.
     pipeline: PathBuf,
-    /// Segments a batch [default: the budget a run would use on the device]
+    /// Segments a batch [default: the pipeline's budget on the device; with
+    /// max_segments = "auto", the uncalibrated 4096: pass the calibrated one]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     segments: Option<u64>,
     /// Rows a batch [default: segments / 18, the sample's median row]

@@ -1,11 +1,12 @@
 //! Wires the stages together: readers -> bucketing -> model worker -> writers,
 //! joined by bounded channels so a slow stage slows the ones before it.
 //!
-//! Everything that can fail before the first row (input files, columns,
-//! model, labels, device, output directory) is checked before any thread
-//! starts. Then all stages run in one thread scope; the first error sets the
-//! shared cancel flag, every stage stops at its next message, and the run
-//! returns that error.
+//! What can fail without the device (input files, columns, settings, the
+//! output directory) is checked before any thread starts. Then the readers
+//! start while this thread loads, probes and warms the model; a failure
+//! there undoes the attempt's beginning in the output directory. Then the
+//! other stages start; the first error sets the shared cancel flag, every
+//! stage stops at its next message, and the run returns that error.
 
 mod attempt;
 mod start;
@@ -28,7 +29,7 @@ use crate::worker::{self, Worker};
 use crate::writer::checkpoint::{self, DirState};
 use crate::writer::manifest::RunManifest;
 use attempt::{begin_attempt, finish_shard, Attempt};
-use start::{joined_load, prepare_model};
+use start::{abandon_start, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -157,33 +158,20 @@ pub fn run(
     options: RunOptions,
 ) -> Result<RunEnd> {
     let started = Instant::now();
-    std::thread::scope(|scope| {
-        // The model loads (device set-up, weights, the start-up probe) while
-        // the input and the output directory are checked; an error of
-        // theirs is still the run's first, and ends it without the model.
-        let loading = scope.spawn(|| load_worker(config));
-        // On the way out the loader is joined here, its result dropped: a
-        // panic while loading must not outlive the scope as one.
-        let (plan, attempt) = match plan_and_attempt(config, options) {
-            Ok(Ok(started)) => started,
-            Ok(Err(end)) => {
-                drop(loading.join());
-                return Ok(end);
-            }
-            Err(error) => {
-                drop(loading.join());
-                return Err(error);
-            }
-        };
-        if worker::choose_device(&config.model.device)?.is_cuda() {
-            // Before the readers start, so they keep off the worker's core.
-            crate::cpu::reserve_core_for_worker();
-        }
-        let loaded = || joined_load(loading);
-        let prepare = || prepare_model(config, loaded, &plan, allocator_conf, &attempt, started);
-        let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
-        finish_run(config, ran, &attempt, started, &cancel)
-    })
+    let (plan, attempt) = match plan_and_attempt(config, options)? {
+        Ok(started) => started,
+        Err(end) => return Ok(end),
+    };
+    if worker::choose_device(&config.model.device)?.is_cuda() {
+        // Before the readers start, so they keep off the worker's core.
+        crate::cpu::reserve_core_for_worker();
+    }
+    let prepare = || {
+        prepare_model(config, &plan, allocator_conf, &attempt, started, &cancel)
+            .inspect_err(|_| abandon_start(&attempt.0))
+    };
+    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
+    finish_run(config, ran, &attempt, started, &cancel)
 }
 
 /// What needs no device: the bucketing and writers sections, the read

@@ -109,3 +109,35 @@ fn earlier_output_of_another_run_without_overwrite_is_one_line_and_left_intact()
     assert!(out.join("_SUCCESS").is_file());
     assert_eq!(read_output(&out).len(), 10);
 }
+
+/// A model that fails its start-up check (a labels file one line short)
+/// while the readers already read a many-row-group input: exit 2 in one
+/// line, and the output directory is left as a new one (no `_run.json`, no
+/// attempt marker, nothing committed), so the rerun with the labels fixed
+/// is a new run, not another run's output refused without `--overwrite`.
+#[test]
+fn a_model_failing_at_start_up_leaves_no_run_behind_and_the_fixed_rerun_runs() {
+    let dir = tmp();
+    let input = rowgroups_input(dir.path(), 400, 20);
+    let labels = dir.path().join("short.labels.txt");
+    let nine: Vec<String> = std::fs::read_to_string(crate::util::labels())
+        .unwrap()
+        .lines()
+        .take(9)
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&labels, nine.join("\n")).unwrap();
+    let out = dir.path().join("out");
+    let mut pipeline = Pipeline::new(&input, &out);
+    pipeline.labels = labels;
+    let failed = pipeline.run(&[]);
+    let line = expect_one_line_error(&failed);
+    assert!(line.contains("(9 labels)"), "{line}");
+    assert_eq!(failed.code, 2, "{}", failed.describe());
+    let left: Vec<String> = list_dir(&out).iter().map(|p| file_name(p)).collect();
+    assert!(left.is_empty(), "the failed start left {left:?}");
+    pipeline.labels = crate::util::labels();
+    let fixed = pipeline.run(&[]);
+    fixed.expect_code(0);
+    assert_eq!(read_output(&out).len(), 400);
+}

@@ -732,6 +732,12 @@ fn speed_times_the_model_alone_in_either_format() {
         !dir.path().join("out").exists(),
         "speed touched the output directory"
     );
-    let refused = segpredict(&["speed", "no-such.toml", "--batches", "0"]);
+    let file = Pipeline::new(sample(), dir.path().join("out")).write(&dir.path().join("p.toml"));
+    let refused = segpredict(&["speed", file.to_str().unwrap(), "--batches", "0"]);
     assert_eq!(refused.code, 2, "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("--batches"),
+        "{}",
+        refused.describe()
+    );
 }

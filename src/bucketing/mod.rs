@@ -1319,7 +1319,8 @@ mod tests {
         (1usize..=300, 1usize..=40, 1usize..=200, any::<bool>()).prop_flat_map(
             |(budget, max_rows, max_held_rows, pad)| {
                 (
-                    prop::collection::vec(1..=3 * budget, 0..400),
+                    // Zero-segment rows too: they are legal input.
+                    prop::collection::vec(0..=3 * budget, 0..400),
                     prop::option::of((0usize..400, 1..=budget)),
                 )
                     .prop_map(move |(segments, lowering)| Scenario {

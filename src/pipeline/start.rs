@@ -1,26 +1,33 @@
-//! The model side of a run's start-up: the model (loaded on its own thread
-//! from the run's start) taken over, the bucketing settled for its device,
-//! the budget calibrated and the size classes warmed.
+//! The model side of a run's start-up, while the readers read: the model
+//! loaded and probed, the bucketing settled for its device, the budget
+//! calibrated and the size classes warmed; and undoing the attempt's
+//! beginning when that fails.
 
-use std::thread::ScopedJoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use super::attempt::{run_facts, Attempt};
 use super::threads::Prepared;
+use super::{load_worker, Interrupted};
 use crate::bucketing::{default_size_classes, Bucketer};
 use crate::config::PipelineConfig;
 use crate::message::{Calibration, Row};
 use crate::reader::ReadPlan;
 use crate::worker::calibrate::{parse_size, CalibrationError};
 use crate::worker::{self, Worker};
+use crate::writer::checkpoint;
+use crate::writer::OutputLayout;
 
-/// The model loaded on its own thread; a panic there is this thread's.
-pub(super) fn joined_load(loading: ScopedJoinHandle<'_, Result<Worker>>) -> Result<Worker> {
-    loading
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+/// Undoes what beginning the attempt wrote when its start-up failed (the
+/// model, its labels, the device, or a signal), so a rerun with the cause
+/// fixed is not refused as another run's output; a failure here is logged,
+/// the start-up's error is the run's.
+pub(super) fn abandon_start(layout: &OutputLayout) {
+    if let Err(error) = checkpoint::abandon_start(layout) {
+        tracing::warn!(%error, "could not undo the failed start in the output directory");
+    }
 }
 
 /// `max_segments = "auto"`: measure the model on its device and set the
@@ -47,30 +54,42 @@ fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calib
 fn prepare_device(
     config: &mut PipelineConfig,
     model: &Worker,
+    cancel: &AtomicBool,
 ) -> Result<(Option<Calibration>, Option<Duration>)> {
     let calibration = match config.auto_budget {
         true => Some(calibrate_budget(config, model)?),
         false => None,
     };
+    stop_if_cancelled(cancel)?;
     Ok((calibration, warm_size_classes(config, model)?))
 }
 
+/// A signal during start-up ends it between its steps (a run that has not
+/// started predicting has nothing to finish).
+fn stop_if_cancelled(cancel: &AtomicBool) -> Result<()> {
+    match cancel.load(Ordering::Relaxed) {
+        true => Err(Interrupted.into()),
+        false => Ok(()),
+    }
+}
+
 /// The model side of start-up, run while the readers read the first row
-/// groups: the model loaded and probed (begun before, see `run`), the bucketing settled for its
+/// groups: the model loaded and probed, the bucketing settled for its
 /// device, the budget calibrated and the size classes warmed.
 pub(super) fn prepare_model(
     config: &PipelineConfig,
-    loaded: impl FnOnce() -> Result<Worker>,
     plan: &ReadPlan,
     allocator_conf: Option<String>,
     attempt: &Attempt,
     started: Instant,
+    cancel: &AtomicBool,
 ) -> Result<Prepared> {
-    let mut model = loaded()?;
+    let mut model = load_worker(config)?;
     model.count_time_from(started);
+    stop_if_cancelled(cancel)?;
     let mut config = config.clone();
     config.bucketing.settle_for_device(model.device().is_cuda());
-    let (calibration, warm_up) = prepare_device(&mut config, &model)?;
+    let (calibration, warm_up) = prepare_device(&mut config, &model, cancel)?;
     let (layout, resumed, shard_rows, _) = attempt;
     tracing::info!(files = plan.sources.len(), rows = shard_rows,
         resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),

@@ -5,7 +5,9 @@
 //! the probe, calibration, warming the size classes) runs on the calling
 //! thread: the first row groups are read and decoded by the time the model
 //! is ready. Nothing downstream of the readers starts until then, so a
-//! model that fails to load has written nothing; its error is the run's.
+//! model that fails at start-up has predicted, rejected and committed
+//! nothing (`pipeline` then undoes the attempt's marker and, for a new
+//! run, its manifest); its error is the run's.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -85,11 +87,14 @@ pub(super) fn run_stages(
         let prepared = match prepare() {
             Ok(prepared) => prepared,
             Err(error) => {
-                // The readers stop at their next chunk; what they read is dropped.
+                // The readers stop at their next chunk; what they read is
+                // dropped. A reader's own failure set the cancel flag that
+                // may have stopped the start-up: it is the root cause.
                 cancel.store(true, Ordering::Relaxed);
                 drop(chunks);
-                readers.into_iter().for_each(|r| drop(joined(r, cancel)));
-                return Err(error);
+                let joined: Vec<_> = readers.into_iter().map(|r| joined(r, cancel)).collect();
+                let failed_reader = joined.into_iter().find_map(Result::err);
+                return Err(failed_reader.unwrap_or(error));
             }
         };
         // Progress is shown from here: a run that failed to start shows none.

@@ -636,12 +636,12 @@ impl Worker {
         self.cudnn_benchmark
     }
 
-    /// The label of each class id the model returns.
     /// How the model file was exported: `TorchScript` or `Aoti`.
     pub fn format(&self) -> ModelFormat {
         self.model.format()
     }
 
+    /// The label of each class id the model returns.
     pub fn labels(&self) -> Arc<Vec<String>> {
         self.labels.clone()
     }

@@ -1,5 +1,6 @@
 //! The model alone on its device (`segpredict speed`): one synthetic batch
-//! uploaded once, then run back to back, one queued while one runs; no
+//! uploaded once, then run back to back (queued ahead, unless the model
+//! itself waits on the device, as digits-seed's `.item()` sync does); no
 //! reading, bucketing, uploads or writing. It is the ceiling a run at that
 //! shape can approach, measured through the same loader and backend as the
 //! run (TorchScript or an AOTInductor package), so a run's fraction of it

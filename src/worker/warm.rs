@@ -19,9 +19,11 @@ impl Worker {
     /// Runs one synthetic batch of each size class, largest first, each with
     /// as many rows as a batch of that class can hold (`max_rows`, or one
     /// segment a row): besides the activations, which grow with segments,
-    /// the per-row tensors grow with rows, and a real batch of many small
-    /// rows (an end-of-input flush) reserved 2 MiB more than a warm-up batch
-    /// of median rows. Returns the time it took. An out-of-memory stops the
+    /// the per-row tensors grow with rows. That did not remove the H200
+    /// benchmark's one growth event (+2 MiB at the first real batch of the
+    /// 8,192 class, benches/gpu/RESULTS.md session 3): a real batch's
+    /// allocation pattern can still map one more page. Returns the time it
+    /// took. An out-of-memory stops the
     /// warm-up, not the run: the run's own recovery lowers the budget at the
     /// batch that needs it.
     pub fn warm_size_classes(

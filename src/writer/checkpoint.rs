@@ -200,6 +200,33 @@ pub fn prepare(
     })
 }
 
+/// Undoes what [`prepare`] wrote for an attempt whose start-up failed
+/// before it predicted anything: its attempt marker, and then, if the
+/// directory holds nothing else (no other attempt, nothing committed, no
+/// shard done: only the manifest and an empty `_progress`), the manifest
+/// and `_progress`, so a rerun with the cause fixed (another model,
+/// say) is a new run, not another run's output to refuse.
+pub fn abandon_start(layout: &OutputLayout) -> Result<(), CheckpointError> {
+    let marker = layout.attempt_marker();
+    match std::fs::remove_file(&marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(&marker)(e)),
+        _ => {}
+    }
+    let whole = OutputLayout::new(layout.dir());
+    let (progress, manifest) = (whole.progress(), whole.manifest());
+    let only_manifest = list(layout.dir())?
+        .iter()
+        .all(|p| *p == progress || *p == manifest);
+    if !(only_manifest && list(&progress)?.is_empty()) {
+        return Ok(());
+    }
+    std::fs::remove_file(&manifest).map_err(io_error(&manifest))?;
+    // Only if still empty: another shard may have begun meanwhile. The
+    // output directory itself stays (it may be a mount); empty, it is new.
+    let _ = std::fs::remove_dir(&progress);
+    Ok(())
+}
+
 /// A directory with a manifest: the same run goes on; another is refused
 /// or, with `overwrite`, replaced.
 fn adopt_recorded(
