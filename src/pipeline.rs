@@ -29,7 +29,7 @@ use crate::worker::{self, Worker};
 use crate::writer::checkpoint::{self, DirState};
 use crate::writer::manifest::RunManifest;
 use attempt::{begin_attempt, finish_shard, Attempt};
-use start::{abandon_start, prepare_model};
+use start::{abandon_start, memory_target, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -104,10 +104,7 @@ pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
     let plan = config.readers.plan()?;
     let model = load_worker(config)?;
     if config.auto_budget {
-        let target = config.bucketing.gpu_memory.as_deref();
-        target
-            .ok_or(CalibrationError::NoTarget)
-            .and_then(parse_size)?;
+        memory_target(config)?;
         if !model.device().is_cuda() {
             bail!(CalibrationError::NotCuda);
         }

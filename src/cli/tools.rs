@@ -78,32 +78,46 @@ pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
     }
 }
 
-pub(super) fn calibrate(args: CalibrateArgs) -> Result<()> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
+/// A pipeline file on the device asked for (or its own), with the
+/// allocator setting in force before anything touches CUDA; returns that
+/// setting too.
+fn load_on_device(
+    pipeline: &std::path::Path,
+    device: Option<String>,
+) -> Result<(PipelineConfig, Option<String>)> {
+    let mut config = PipelineConfig::load(pipeline)?;
     config.apply(&Overrides {
-        device: args.device,
+        device,
         ..Overrides::default()
     });
     let allocator = worker::configure_allocator(&config.model);
+    Ok((config, allocator))
+}
+
+/// `--json FILE`: the measurement, pretty-printed.
+fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub(super) fn calibrate(args: CalibrateArgs) -> Result<()> {
+    let (config, allocator) = load_on_device(&args.pipeline, args.device)?;
     let calibration = pipeline::calibrate(&config, &args.gpu_memory)?;
     println!(
         "{}",
         report::describe_calibration(&calibration, allocator.as_deref())
     );
-    if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&report::CalibrationReport::from(&calibration))?;
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    write_json(
+        args.json.as_deref(),
+        &report::CalibrationReport::from(&calibration),
+    )
 }
 
 pub(super) fn speed(args: SpeedArgs) -> Result<()> {
-    let mut config = PipelineConfig::load(&args.pipeline)?;
-    config.apply(&Overrides {
-        device: args.device,
-        ..Overrides::default()
-    });
-    worker::configure_allocator(&config.model);
+    let (config, _) = load_on_device(&args.pipeline, args.device)?;
     let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let measured = pipeline::speed(
         &config,
@@ -125,14 +139,10 @@ pub(super) fn speed(args: SpeedArgs) -> Result<()> {
         s.batch_ms_median,
         s.batch_ms_p90
     );
-    if let Some(path) = args.json {
-        let json = serde_json::json!({
-            "device": measured.device,
-            "format": format,
-            "speed": s,
-        });
-        let text = serde_json::to_string_pretty(&json)?;
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    let json = serde_json::json!({
+        "device": measured.device,
+        "format": format,
+        "speed": s,
+    });
+    write_json(args.json.as_deref(), &json)
 }

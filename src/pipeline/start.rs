@@ -33,10 +33,7 @@ pub(super) fn abandon_start(layout: &OutputLayout) {
 /// `max_segments = "auto"`: measure the model on its device and set the
 /// budget and size classes for the memory target.
 fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calibration> {
-    let target = config.bucketing.gpu_memory.as_deref();
-    let target = target
-        .ok_or(CalibrationError::NoTarget)
-        .and_then(parse_size)?;
+    let target = memory_target(config)?;
     let calibration = model.calibrate(target, default_size_classes)?;
     tracing::info!(
         max_segments = calibration.max_segments,
@@ -47,6 +44,14 @@ fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calib
     config.bucketing.max_segments = calibration.max_segments;
     config.bucketing.size_classes = Some(calibration.size_classes.clone());
     Ok(calibration)
+}
+
+/// The device-memory target `max_segments = "auto"` calibrates for, in bytes.
+pub(super) fn memory_target(config: &PipelineConfig) -> Result<u64, CalibrationError> {
+    let target = config.bucketing.gpu_memory.as_deref();
+    target
+        .ok_or(CalibrationError::NoTarget)
+        .and_then(parse_size)
 }
 
 /// The device's part of start-up: the budget calibrated (`max_segments =
