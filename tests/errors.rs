@@ -119,14 +119,7 @@ fn earlier_output_of_another_run_without_overwrite_is_one_line_and_left_intact()
 fn a_model_failing_at_start_up_leaves_no_run_behind_and_the_fixed_rerun_runs() {
     let dir = tmp();
     let input = rowgroups_input(dir.path(), 400, 20);
-    let labels = dir.path().join("short.labels.txt");
-    let nine: Vec<String> = std::fs::read_to_string(crate::util::labels())
-        .unwrap()
-        .lines()
-        .take(9)
-        .map(str::to_string)
-        .collect();
-    std::fs::write(&labels, nine.join("\n")).unwrap();
+    let labels = short_labels(dir.path());
     let out = dir.path().join("out");
     let mut pipeline = Pipeline::new(&input, &out);
     pipeline.labels = labels;

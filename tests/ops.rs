@@ -191,14 +191,7 @@ fn check_passes_a_good_pipeline_and_touches_nothing() {
 #[test]
 fn check_catches_labels_fewer_than_the_model_outputs() {
     let dir = tmp();
-    let labels = dir.path().join("short.labels.txt");
-    let nine: Vec<String> = std::fs::read_to_string(crate::util::labels())
-        .unwrap()
-        .lines()
-        .take(9)
-        .map(str::to_string)
-        .collect();
-    std::fs::write(&labels, nine.join("\n")).unwrap();
+    let labels = short_labels(dir.path());
     let out = dir.path().join("out");
     let mut pipeline = Pipeline::new(sample(), &out);
     pipeline.labels = labels;

@@ -78,6 +78,16 @@ pub fn fixture(command: &str, input: &Path, out: &Path, args: &[&str]) -> String
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The model's labels file less its last line, in `dir`: one label short
+/// of the model's outputs, which the start-up check catches.
+pub fn short_labels(dir: &Path) -> PathBuf {
+    let path = dir.join("short.labels.txt");
+    let all = std::fs::read_to_string(labels()).unwrap();
+    let lines: Vec<&str> = all.lines().collect();
+    std::fs::write(&path, lines[..lines.len() - 1].join("\n")).unwrap();
+    path
+}
+
 /// The first `rows` rows of the sample, written by pyarrow to `dir/name`.
 pub fn sample_subset(dir: &Path, name: &str, rows: usize) -> PathBuf {
     let out = dir.join(name);
