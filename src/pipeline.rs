@@ -74,7 +74,6 @@ pub fn speed(
     let mut bucketing = config.bucketing.clone();
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
-    let rows = rows.unwrap_or(segments.div_ceil(worker::calibrate::SEGMENTS_PER_ROW));
     Ok(SpeedReport {
         speed: model.speed_alone(segments, rows, batches)?,
         device: worker::device_name(model.device()),

@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use super::alloc::DeviceEvent;
-use super::calibrate::synthetic_batch_of_rows;
+use super::calibrate::{synthetic_batch, synthetic_batch_of_rows};
 use super::{Worker, WorkerError};
 use crate::message::ModelSpeed;
 
@@ -17,22 +17,26 @@ use crate::message::ModelSpeed;
 /// reservations are start-up, not speed.
 const WARM_BATCHES: usize = 5;
 
-/// Ragged values a row in the timed batch (the benchmark's tags average 3).
+/// Ragged values a row in a batch of `--rows` rows, as in calibration's batches.
 const RAGGED_PER_ROW: usize = 2;
 
 impl Worker {
-    /// Runs `batches` batches of `segments` segments in `rows` rows after a
-    /// warm-up, and returns the rate and the per-batch device time.
+    /// Runs `batches` batches of `segments` segments in `rows` rows (by
+    /// default calibration's rows of the median size) after a warm-up, and
+    /// returns the rate and the per-batch device time.
     pub fn speed_alone(
         &self,
         segments: usize,
-        rows: usize,
+        rows: Option<usize>,
         batches: usize,
     ) -> Result<ModelSpeed, WorkerError> {
         let _no_grad = tch::no_grad_guard();
         let _inference = super::alloc::InferenceModeGuard::enter();
         let failed = |source| WorkerError::Speed { segments, source };
-        let batch = synthetic_batch_of_rows(&self.inputs, segments, rows, RAGGED_PER_ROW);
+        let batch = match rows {
+            Some(rows) => synthetic_batch_of_rows(&self.inputs, segments, rows, RAGGED_PER_ROW),
+            None => synthetic_batch(&self.inputs, segments),
+        };
         let inputs = self.model.inputs(&batch).map_err(failed)?;
         for _ in 0..WARM_BATCHES {
             self.model.forward_alone(&inputs).map_err(failed)?;
