@@ -590,9 +590,33 @@ def check_package(path: Path, model: nn.Module, original: nn.Module, device: str
     assert worst_original <= bound, f"the sync-free model differs from the original by {worst_original:.3g}"
 
 
+ATEN_OPS = ("cumsum", "searchsorted", "index_put")
+# Always ATen calls in a package. cumsum: in a CUDA package (H200, torch 2.11) inductor's own scan
+# kernel gave wrong running totals for real batch sizes after tuning on the export example's 3
+# rows, so segments were pooled into the wrong rows and 49.5% of the benchmark's labels matched
+# the TorchScript model's; with cumsum as an ATen call 99.6% match, as the TorchScript model's own
+# bf16 runs do (benches/gpu/RESULTS.md, session 4). torch.compile of the same model is right.
+ATEN_ALWAYS = ("cumsum",)
+
+
+def compile_as_aten(ops: list[str]) -> None:
+    """Make inductor call ATen's own kernels for `ops` instead of generating its own (for this
+    process): cumsum and searchsorted through their fallbacks, index_put with accumulate through
+    the fallback inductor takes where atomic adds of the dtype are not supported."""
+    from torch._inductor import lowering
+
+    for op in dict.fromkeys(ops):
+        if op == "index_put":
+            lowering.needs_fallback_due_to_atomic_add_limitations = lambda dtype: True
+        else:
+            lowering.make_fallback(getattr(torch.ops.aten, op), warn=False)
+
+
 def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
-               extra_configs: dict | None = None, check: bool = True) -> None:
+               extra_configs: dict | None = None, check: bool = True, aten_ops: list[str] | None = None) -> None:
     t0 = time.perf_counter()
+    aten_ops = [*ATEN_ALWAYS, *(aten_ops or [])]
+    compile_as_aten(aten_ops)
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available here")
     torch.set_num_threads(min(os.cpu_count() or 1, 16))
@@ -606,6 +630,7 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         "max_autotune": max_autotune,
         **(extra_configs or {}),
     }
+    print(f"[{name}] compiled as calls to ATen: {', '.join(dict.fromkeys(aten_ops))}", flush=True)
     torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     if not (MODELS / f"{name}.labels.txt").exists():
         write_labels(name)
@@ -652,6 +677,9 @@ def main() -> None:
     ap.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
                     help="--aoti: one more inductor config, VALUE a Python literal (repeatable), "
                          "e.g. triton.persistent_reductions=False")
+    ap.add_argument("--aten", action="append", default=[], choices=ATEN_OPS,
+                    help="--aoti: compile this op as a call to ATen's kernel, not an inductor kernel (repeatable; "
+                         "cumsum always is)")
     ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     ap.add_argument("--no-check", action="store_true",
                     help="--aoti: skip checking the package against eager in Python (the benchmark checks it "
@@ -672,7 +700,7 @@ def main() -> None:
             ap.error("--out needs --only")
         for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
             build_aoti(name, args.device, args.dtype, args.max_autotune, args.out, inductor_configs(ap, args),
-                       check=not args.no_check)
+                       check=not args.no_check, aten_ops=args.aten)
         return
     if args.only is None or os.environ.get("PYTHONHASHSEED") != "0":
         # One process per model, with a fixed PYTHONHASHSEED: TorchScript's generated code
