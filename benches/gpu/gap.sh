@@ -20,7 +20,9 @@
 # a CUDA bf16 AOTInductor package of the same model; built here with
 # tools/make_models.py --aoti --device cuda --dtype bf16 when the file is
 # missing, since a package is compiled for the machine that runs it).
-# GPU_MEMORY_BACKENDS limits the --gpu-memory runs to some backends.
+# GPU_MEMORY_BACKENDS limits the --gpu-memory runs to some backends,
+# SPEED_BACKENDS the `segpredict speed` ceilings; AOTI_ROUNDS=N runs the
+# package in the first N rounds only.
 # ROUNDS=0 runs only what comes before the rounds (data, package, the
 # --gpu-memory runs), so a later call on the same machine (same WORK) can
 # reuse them: the data and the package are kept when they are already there.
@@ -159,6 +161,7 @@ fi
 for round in $(seq "$ROUNDS"); do
   echo "== round $round"
   for backend in $BACKENDS; do
+    [ "$backend" = aoti ] && [ "$round" -gt "${AOTI_ROUNDS:-$ROUNDS}" ] && continue
     segpredict "$(name_of "$backend")-$round" "$backend"
   done
   baseline "careful-$round" --careful --channels-last
@@ -210,7 +213,8 @@ json.dump({"results": sorted(results, key=lambda r: r["segments"])}, open(out, "
 print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']}: {r['segments_per_s']:,} segs/s" for r in results))
 PY
 }
-for backend in $BACKENDS; do speed_ceiling "$backend" "$RUNS/speed-ceiling-$backend.json"; done
+summarise  # what a run cut short during the ceilings below still brings back
+for backend in ${SPEED_BACKENDS:-$BACKENDS}; do speed_ceiling "$backend" "$RUNS/speed-ceiling-$backend.json"; done
 if has_backend aoti && [ ! -s "$RUNS/ceiling-aoti.json" ] && [ -s "$RUNS/speed-ceiling-aoti.json" ]; then
   echo "the package alone: from segpredict speed (Python's loader failed)"
   cp "$RUNS/speed-ceiling-aoti.json" "$RUNS/ceiling-aoti.json"

@@ -1,7 +1,8 @@
 //! The device and the libtorch settings that must be made before the model
-//! loads: the caching allocator's configuration and cuDNN's benchmark mode.
+//! loads: the caching allocator's configuration and cuDNN's benchmark mode;
+//! and CUDA's libraries initialised while it loads.
 
-use tch::Device;
+use tch::{Device, Kind, Tensor};
 
 use super::{ModelConfig, WorkerError};
 
@@ -82,4 +83,34 @@ pub fn set_cudnn_benchmark(
         tch::Cuda::cudnn_set_benchmark(on);
     }
     Ok(on)
+}
+
+/// Initialises CUDA's libraries for `device` while the caller loads the
+/// model: a tiny convolution (cuDNN: its libraries loaded, a handle made)
+/// and a tiny matrix product (cuBLAS) in the weights' `kind`, channels-last.
+/// A model's first forward pass otherwise pays both after the weights are
+/// on the device. The handles go back to libtorch's per-device pools when
+/// this thread ends, for the threads that run the model. A failure here is
+/// only logged: the model's own probe reports what is wrong with the device.
+pub fn prime_device(device: Device, kind: Kind) {
+    let started = std::time::Instant::now();
+    let _no_grad = tch::no_grad_guard();
+    let primed = (|| -> Result<(), tch::TchError> {
+        let options = (kind, device);
+        // NHWC storage seen as NCHW: channels-last strides, as the model's.
+        let input = Tensor::f_zeros([2, 8, 8, 8], options)?.f_permute([0, 3, 1, 2])?;
+        let weight = Tensor::f_zeros([8, 3, 3, 8], options)?.f_permute([0, 3, 1, 2])?;
+        let conv = input.f_conv2d(&weight, None::<Tensor>, [1, 1], [1, 1], [1, 1], 1)?;
+        let flat = conv.f_flatten(1, -1)?;
+        let product = flat.f_matmul(&Tensor::f_zeros([flat.size()[1], 8], options)?)?;
+        product.f_sum(Kind::Float)?.f_double_value(&[])?;
+        Ok(())
+    })();
+    match primed {
+        Ok(()) => tracing::debug!(
+            seconds = started.elapsed().as_secs_f64(),
+            "primed cuDNN and cuBLAS"
+        ),
+        Err(error) => tracing::debug!(%error, "could not prime cuDNN and cuBLAS"),
+    }
 }

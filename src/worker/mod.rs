@@ -27,7 +27,8 @@ use tch::{Device, Kind};
 
 pub use backend::ModelFormat;
 pub use device::{
-    choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
+    choose_device, configure_allocator, cuda_device_count, device_name, prime_device,
+    set_cudnn_benchmark,
 };
 use model::Model;
 use split::{reject_rows, split_in_half, unpadded, Split};
@@ -310,7 +311,12 @@ impl Worker {
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let loading = Instant::now();
-        let mut model = Model::load(config, device, &inputs, labels.len())?;
+        let mut model = std::thread::scope(|scope| {
+            if device.is_cuda() {
+                scope.spawn(|| prime_device(device, config.dtype.kind()));
+            }
+            Model::load(config, device, &inputs, labels.len())
+        })?;
         tracing::debug!(seconds = loading.elapsed().as_secs_f64(), "model loaded");
         if device.is_cuda() {
             // Before the feeding threads start, so they keep off its core

@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use super::calibrate::synthetic_batch_of_rows;
-use super::{alloc, Worker, WorkerError};
+use super::model::Launched;
+use super::{alloc, TorchError, Worker, WorkerError};
 
 /// Values per row of each ragged extra in a warm-up batch. A real batch
 /// with more, at the row cap, may still reserve a little more memory (a
@@ -19,13 +20,12 @@ impl Worker {
     /// Runs one synthetic batch of each size class, largest first, each with
     /// as many rows as a batch of that class can hold (`max_rows`, or one
     /// segment a row): besides the activations, which grow with segments,
-    /// the per-row tensors grow with rows. That did not remove the H200
-    /// benchmark's one growth event (+2 MiB at the first real batch of the
-    /// 8,192 class, benches/gpu/RESULTS.md session 3): a real batch's
-    /// allocation pattern can still map one more page. Returns the time it
-    /// took. An out-of-memory stops the
-    /// warm-up, not the run: the run's own recovery lowers the budget at the
-    /// batch that needs it.
+    /// the per-row tensors grow with rows. Each class is queued before the
+    /// previous one's answers are collected, as [`Worker::run`] keeps one
+    /// batch in flight, so the allocator also sees two batches' inputs and
+    /// answers alive at once. Returns the time it took. An out-of-memory
+    /// stops the warm-up, not the run: the run's own recovery lowers the
+    /// budget at the batch that needs it.
     pub fn warm_size_classes(
         &self,
         classes: &[usize],
@@ -33,25 +33,40 @@ impl Worker {
     ) -> Result<Duration, WorkerError> {
         let _no_grad = tch::no_grad_guard();
         let started = Instant::now();
+        let mut in_flight: Option<(usize, Launched)> = None;
         for &size in classes.iter().rev() {
             let rows = size.min(max_rows);
             let batch = synthetic_batch_of_rows(&self.inputs, size, rows, WARM_RAGGED_PER_ROW);
-            let answered = self.model.launch(&batch).and_then(|l| l.wait());
-            match answered {
-                Ok(_) => {}
-                Err(error) if error.is_out_of_memory() => {
-                    tracing::warn!(size, %error, "out of memory warming a size class; the run will lower its budget when it needs to");
-                    alloc::empty_cache()?;
-                    break;
-                }
-                Err(source) => {
-                    return Err(WorkerError::Warm {
-                        segments: size,
-                        source,
-                    })
-                }
+            let launched = self.model.launch(&batch);
+            let previous = in_flight.take().map(|(size, l)| (size, l.wait()));
+            if let Some((size, Err(error))) = previous {
+                return stop_warming(size, error, started);
+            }
+            match launched {
+                Ok(launched) => in_flight = Some((size, launched)),
+                Err(error) => return stop_warming(size, error, started),
+            }
+        }
+        if let Some((size, launched)) = in_flight {
+            if let Err(error) = launched.wait() {
+                return stop_warming(size, error, started);
             }
         }
         Ok(started.elapsed())
     }
+}
+
+/// Ends the warm-up at a failed class: an out-of-memory is logged and the
+/// run goes on (its own recovery lowers the budget), anything else is the
+/// run's error.
+fn stop_warming(size: usize, error: TorchError, started: Instant) -> Result<Duration, WorkerError> {
+    if !error.is_out_of_memory() {
+        return Err(WorkerError::Warm {
+            segments: size,
+            source: error,
+        });
+    }
+    tracing::warn!(size, %error, "out of memory warming a size class; the run will lower its budget when it needs to");
+    alloc::empty_cache()?;
+    Ok(started.elapsed())
 }
