@@ -613,7 +613,8 @@ def compile_as_aten(ops: list[str]) -> None:
 
 
 def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
-               extra_configs: dict | None = None, check: bool = True, aten_ops: list[str] | None = None) -> None:
+               extra_configs: dict | None = None, check: bool = True, aten_ops: list[str] | None = None,
+               channels_last: bool = False) -> None:
     t0 = time.perf_counter()
     aten_ops = [*ATEN_ALWAYS, *(aten_ops or [])]
     compile_as_aten(aten_ops)
@@ -622,6 +623,10 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
     torch.set_num_threads(min(os.cpu_count() or 1, 16))
     dtype = DTYPES[dtype_name]
     model, original = eager_models(name, device, dtype)
+    if channels_last:
+        # Inductor lays convolutions out channels-last itself only for static shapes; with the
+        # weights channels-last, cuDNN's convolutions of the package run channels-last too.
+        model = model.to(memory_format=torch.channels_last)
     program = export_model(model, device, dtype)
     path = out or aoti_package_path(name, device, dtype_name)
     configs = {
@@ -680,6 +685,8 @@ def main() -> None:
     ap.add_argument("--aten", action="append", default=[], choices=ATEN_OPS,
                     help="--aoti: compile this op as a call to ATen's kernel, not an inductor kernel (repeatable; "
                          "cumsum always is)")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="--aoti: export with the weights channels-last (on CUDA, channels-last convolutions)")
     ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     ap.add_argument("--no-check", action="store_true",
                     help="--aoti: skip checking the package against eager in Python (the benchmark checks it "
@@ -700,7 +707,7 @@ def main() -> None:
             ap.error("--out needs --only")
         for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
             build_aoti(name, args.device, args.dtype, args.max_autotune, args.out, inductor_configs(ap, args),
-                       check=not args.no_check, aten_ops=args.aten)
+                       check=not args.no_check, aten_ops=args.aten, channels_last=args.channels_last)
         return
     if args.only is None or os.environ.get("PYTHONHASHSEED") != "0":
         # One process per model, with a fixed PYTHONHASHSEED: TorchScript's generated code

@@ -75,8 +75,13 @@ if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
   # PACKAGE_CHECK=0: no check in Python (its package loader crashed on the H200; the
   # labels against TorchScript's and segpredict speed check the package instead).
   check_flag=(); [ "${PACKAGE_CHECK:-1}" = 0 ] && check_flag=(--no-check)
+  # PACKAGE_ARGS: more make_models.py options (e.g. --channels-last); FALLBACK_PACKAGE is used
+  # when the build fails.
   $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" "${check_flag[@]}" \
-    > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
+    ${PACKAGE_ARGS:-} > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
+  if [ ! -s "$AOTI_PACKAGE" ] && [ -n "${FALLBACK_PACKAGE:-}" ]; then
+    echo "!! no package built: using $FALLBACK_PACKAGE"; cp "$FALLBACK_PACKAGE" "$AOTI_PACKAGE"
+  fi
   tail -3 "$WORK/make-package.log"; echo "package built in $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
 fi
 has_backend aoti && [ -s "$AOTI_PACKAGE" ] && ls -la "$AOTI_PACKAGE"

@@ -13,7 +13,7 @@ use crate::message::{
 };
 
 /// Segments per synthetic row: the sample's median, so per-row work is typical.
-const SEGMENTS_PER_ROW: usize = 18;
+pub(super) const SEGMENTS_PER_ROW: usize = 18;
 /// Budgets are multiples of this, so padded shapes stay tidy.
 const BUDGET_QUANTUM: usize = 64;
 /// No budget above this is tried, whatever the target.

@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::calibrate::synthetic_batch_of_rows;
+use tch::{Device, Kind, Tensor};
+
+use super::calibrate::{synthetic_batch_of_rows, SEGMENTS_PER_ROW};
 use super::model::Launched;
 use super::{alloc, TorchError, Worker, WorkerError};
 
@@ -17,10 +19,9 @@ use super::{alloc, TorchError, Worker, WorkerError};
 const WARM_RAGGED_PER_ROW: usize = 4;
 
 impl Worker {
-    /// Runs one synthetic batch of each size class, largest first, each with
-    /// as many rows as a batch of that class can hold (`max_rows`, or one
-    /// segment a row): besides the activations, which grow with segments,
-    /// the per-row tensors grow with rows. Each class is queued before the
+    /// Runs synthetic batches of each size class, largest first (see
+    /// [`warm_batches`]): besides the activations, which grow with
+    /// segments, the per-row tensors grow with rows. Each batch is queued before the
     /// previous one's answers are collected, as [`Worker::run`] keeps one
     /// batch in flight, so the allocator also sees two batches' inputs and
     /// answers alive at once. Returns the time it took. An out-of-memory
@@ -34,8 +35,7 @@ impl Worker {
         let _no_grad = tch::no_grad_guard();
         let started = Instant::now();
         let mut in_flight: Option<(usize, Launched)> = None;
-        for &size in classes.iter().rev() {
-            let rows = size.min(max_rows);
+        for (size, rows) in warm_batches(classes, max_rows) {
             let batch = synthetic_batch_of_rows(&self.inputs, size, rows, WARM_RAGGED_PER_ROW);
             let launched = self.model.launch(&batch);
             let previous = in_flight.take().map(|(size, l)| (size, l.wait()));
@@ -52,8 +52,66 @@ impl Worker {
                 return stop_warming(size, error, started);
             }
         }
+        let headroom = map_small_pool_headroom(self.model.device)?;
+        tracing::debug!(bytes = headroom, "mapped small-pool headroom");
         Ok(started.elapsed())
     }
+}
+
+/// How far past what the warm-up mapped the small pool is mapped.
+const SMALL_POOL_HEADROOM: i64 = 4 << 20;
+/// The largest allocation libtorch's caching allocator serves from its
+/// small pool.
+const SMALL_BLOCK: i64 = 1 << 20;
+/// At most this many small blocks are held to map the headroom.
+const MAX_SMALL_BLOCKS: usize = 256;
+
+/// Maps [`SMALL_POOL_HEADROOM`] more of the caching allocator's small pool
+/// (allocations up to 1 MiB, mapped 2 MiB at a time) than the warm-up
+/// needed, and returns how many bytes it mapped. Small allocations are the
+/// per-row tensors of typical batches, and their fragmentation depends on
+/// the order batches come in, which no warm-up reproduces: in the H200
+/// benchmark the first real batch of the 8,192 class still mapped 2 MiB
+/// more after a warm-up at two row counts a class (benches/gpu/RESULTS.md,
+/// session 4). Freed blocks stay mapped, so the run uses the headroom
+/// instead of growing. 0 on CPU.
+fn map_small_pool_headroom(device: Device) -> Result<i64, WorkerError> {
+    let Device::Cuda(index) = device else {
+        return Ok(0);
+    };
+    let reserved =
+        || -> Result<i64, WorkerError> { Ok(alloc::stats(index)?.map_or(0, |s| s.reserved)) };
+    let before = reserved()?;
+    let mut held = Vec::new();
+    while reserved()? < before + SMALL_POOL_HEADROOM && held.len() < MAX_SMALL_BLOCKS {
+        // Headroom is a margin, not a need: without the memory, go on without it.
+        match Tensor::f_empty([SMALL_BLOCK], (Kind::Uint8, device)) {
+            Ok(block) => held.push(block),
+            Err(_) => break,
+        }
+    }
+    Ok(reserved()? - before)
+}
+
+/// The warm-up's batches, `(segments, rows)`, largest class first: each
+/// class with as many rows as it can hold (`max_rows`, or one segment a
+/// row) and with rows of the median size. Per-row tensors of a full batch
+/// are large allocations; those of a typical batch are small ones, which
+/// libtorch's caching allocator serves from a pool of its own. Warmed at
+/// the row cap alone, the H200 benchmark's first real batch of the 8,192
+/// class (716 rows) still mapped 2 MiB more (benches/gpu/RESULTS.md,
+/// session 4).
+fn warm_batches(classes: &[usize], max_rows: usize) -> Vec<(usize, usize)> {
+    let mut batches = Vec::with_capacity(classes.len() * 2);
+    for &size in classes.iter().rev() {
+        let full = size.min(max_rows).max(1);
+        let typical = size.div_ceil(SEGMENTS_PER_ROW).clamp(1, full);
+        batches.push((size, full));
+        if typical != full {
+            batches.push((size, typical));
+        }
+    }
+    batches
 }
 
 /// Ends the warm-up at a failed class: an out-of-memory is logged and the
@@ -69,4 +127,23 @@ fn stop_warming(size: usize, error: TorchError, started: Instant) -> Result<Dura
     tracing::warn!(size, %error, "out of memory warming a size class; the run will lower its budget when it needs to");
     alloc::empty_cache()?;
     Ok(started.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_class_is_warmed_full_and_typical_largest_first() {
+        assert_eq!(
+            warm_batches(&[1024, 16384], 4096),
+            [(16384, 4096), (16384, 911), (1024, 1024), (1024, 57)]
+        );
+    }
+
+    #[test]
+    fn a_class_whose_typical_batch_is_its_full_one_is_warmed_once() {
+        assert_eq!(warm_batches(&[64], 2), [(64, 2)]);
+        assert_eq!(warm_batches(&[1], 4096), [(1, 1)]);
+    }
 }

@@ -252,13 +252,7 @@ impl AotiPackage {
             "AOTInductor package"
         );
         if device.is_cuda() {
-            // Seen on an H200 with torch 2.11 (benches/gpu/RESULTS.md, session 3): a CUDA
-            // package of digits-seed passed every check here and ran, yet half its labels
-            // differed from the same model in TorchScript. CPU packages match.
-            tracing::warn!(
-                path = %path.display(),
-                "CUDA AOTInductor packages gave wrong predictions in segpredict's own H200 benchmark (torch 2.11, cause not found); compare a sample of this package's output with the model's before trusting it"
-            );
+            warn_of_generated_scans(path);
         }
         Ok(package(load_package(path, device)?))
     }
@@ -333,6 +327,21 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
             path: path.to_path_buf(),
             source: error_text(&err),
         }),
+    }
+}
+
+/// Warns when a CUDA package computes a scan (cumsum, ...) in a kernel
+/// inductor generated: see [`super::kernels`]. A package that cannot be read
+/// for this is only noted; loading it already succeeded.
+fn warn_of_generated_scans(path: &Path) {
+    match super::kernels::generated_scan_kernels(path) {
+        Ok(kernels) if kernels.is_empty() => {}
+        Ok(kernels) => tracing::warn!(
+            path = %path.display(),
+            kernels = %kernels.join(", "),
+            "this CUDA package computes a scan (cumsum, ...) in a kernel inductor generated; such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export it with cumsum compiled as a call to ATen (README, \"Models exported with torch.export\"), or compare a sample of its output with the model's"
+        ),
+        Err(error) => tracing::debug!(%error, "could not read the package's kernel names"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! logits into labels and scores; a backend only runs the model.
 
 pub mod aoti;
+mod kernels;
 mod torchscript;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,98 @@
+//! What inductor generated inside a CUDA AOTInductor package, read from the
+//! package's wrapper source: the names of its Triton kernels, which carry
+//! the operators fused into each (`triton_per_fused_cumsum_0`).
+//!
+//! Why: in segpredict's H200 benchmark (torch 2.11) a package whose cumsum
+//! was compiled into inductor's own scan kernel pooled segments into the
+//! wrong rows, and half its labels were wrong, while the same export with
+//! cumsum as a call to ATen's kernel matched TorchScript
+//! (`benches/gpu/RESULTS.md`, session 4). Nothing in the package's own
+//! checks catches that, so the loader warns by name.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+/// Operators inductor compiles as scans.
+const SCAN_OPS: [&str; 5] = ["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"];
+
+/// The package's Triton kernels that compute a scan, sorted; empty for a
+/// package without generated scans (or without Triton kernels: CPU).
+pub fn generated_scan_kernels(path: &Path) -> Result<Vec<String>, zip::result::ZipError> {
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(path)?)?;
+    let mut kernels = BTreeSet::new();
+    for index in 0..archive.len() {
+        let mut record = archive.by_index(index)?;
+        if !record.name().ends_with(".wrapper.cpp") {
+            continue;
+        }
+        let mut source = String::new();
+        record.read_to_string(&mut source)?;
+        kernels.extend(scan_kernels_in(&source));
+    }
+    Ok(kernels.into_iter().collect())
+}
+
+/// Triton kernel names in `source` with a scan among their fused operators.
+fn scan_kernels_in(source: &str) -> impl Iterator<Item = String> + '_ {
+    source
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("triton_"))
+        .filter(|word| word.split('_').any(|part| SCAN_OPS.contains(&part)))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn package_with_wrapper(dir: &Path, source: &str) -> std::path::PathBuf {
+        let path = dir.join("model.pt2");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let stored =
+            zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        zip.start_file("model/data/aotinductor/model/cabc.wrapper.cpp", stored)
+            .unwrap();
+        zip.write_all(source.as_bytes()).unwrap();
+        zip.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn an_inductor_scan_kernel_is_found_by_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = r#"kernels.triton_per_fused_cumsum_0 = loadKernel("x.cubin", "triton_per_fused_cumsum_0");
+            launchKernel(kernels.triton_poi_fused_arange_searchsorted_1, ...);"#;
+        let path = package_with_wrapper(dir.path(), source);
+        assert_eq!(
+            generated_scan_kernels(&path).unwrap(),
+            ["triton_per_fused_cumsum_0"]
+        );
+    }
+
+    #[test]
+    fn a_cumsum_that_calls_aten_is_not_a_generated_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let source =
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_cumsum(buf0, 0, &dtype, &buf1));\n\
+                      launchKernel(kernels.triton_poi_fused_arange_searchsorted_0, ...);";
+        let path = package_with_wrapper(dir.path(), source);
+        assert!(generated_scan_kernels(&path).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_repository_cpu_package_has_no_generated_scan() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/digits-small.pt2");
+        assert!(generated_scan_kernels(&path).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_zip_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.pt2");
+        std::fs::write(&path, b"not a zip").unwrap();
+        assert!(generated_scan_kernels(&path).is_err());
+    }
+}
