@@ -608,7 +608,9 @@ ATEN_ON_CUDA = ("index_put",)
 def compile_as_aten(ops: list[str]) -> None:
     """Make inductor call ATen's own kernels for `ops` instead of generating its own (for this
     process): cumsum and searchsorted through their fallbacks, index_put with accumulate through
-    the fallback inductor takes where atomic adds of the dtype are not supported."""
+    the fallback inductor takes where atomic adds of the dtype are not supported (which also sends
+    scatter_add and scatter_reduce(sum) to ATen; the digits models have none). It patches inductor's
+    internals, so build_aoti checks the CUDA package's kernel names afterwards."""
     from torch._inductor import lowering
 
     for op in dict.fromkeys(ops):
@@ -616,6 +618,19 @@ def compile_as_aten(ops: list[str]) -> None:
             lowering.needs_fallback_due_to_atomic_add_limitations = lambda dtype: True
         else:
             lowering.make_fallback(getattr(torch.ops.aten, op), warn=False)
+
+
+def triton_kernels_computing(path: Path, ops: list[str]) -> list[str]:
+    """The Triton kernels of a CUDA package whose names say they fuse one of `ops` (inductor names
+    a kernel after the operators it fuses, e.g. triton_per_fused_cumsum_0)."""
+    import re
+
+    with zipfile.ZipFile(path) as package:
+        sources = [package.read(n).decode() for n in package.namelist() if n.endswith(".wrapper.cpp")]
+    if not sources:
+        raise SystemExit(f"{path}: no generated wrapper source in the package to check")
+    names = {k for src in sources for k in re.findall(r"\btriton_\w+", src)}
+    return sorted(k for k in names if any(f"_{op}_" in f"{k}_" for op in ops))
 
 
 def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
@@ -649,6 +664,17 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
     if not (MODELS / f"{name}.labels.txt").exists():
         write_labels(name)
     print(f"[{name}] wrote {path} ({path.stat().st_size:,} bytes) in {time.perf_counter() - t0:.1f}s", flush=True)
+    if device == "cuda":
+        # A generated cumsum computes wrong labels: refuse the package. Other ops only cost speed.
+        scans = triton_kernels_computing(path, ["cumsum"])
+        if scans:
+            path.unlink()
+            raise SystemExit(f"{path}: inductor generated {', '.join(scans)} although cumsum was to be an ATen call "
+                             "(its scan kernels computed wrong totals on the H200); package removed")
+        left = triton_kernels_computing(path, [op for op in dict.fromkeys(aten_ops) if op != "cumsum"])
+        if left:
+            print(f"[{name}] warning: inductor still generated {', '.join(left)} for ops meant to be ATen calls",
+                  flush=True)
     if not check:
         print(f"[{name}] not checked against eager (--no-check)")
         return

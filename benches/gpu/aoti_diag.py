@@ -6,7 +6,7 @@ example, then runs it on a benchmark-sized batch (~400 rows, ~16k segments) and 
 eager. One variant per process (`--variant`), each changing one thing about how inductor
 compiles the model:
 
-    default          as the package is built today
+    default          as packages were built before session 4 (inductor's own kernels throughout)
     no-persistent    triton.persistent_reductions=False
     aten-cumsum      cumsum as a call to ATen's kernel (make_models.py --aten cumsum)
     aten-searchsorted, aten-index_put, aten-all   likewise

@@ -75,14 +75,15 @@ if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
   # PACKAGE_CHECK=0: no check in Python (its package loader crashed on the H200; the
   # labels against TorchScript's and segpredict speed check the package instead).
   check_flag=(); [ "${PACKAGE_CHECK:-1}" = 0 ] && check_flag=(--no-check)
-  # PACKAGE_ARGS: more make_models.py options (e.g. --channels-last); FALLBACK_PACKAGE is used
-  # when the build fails.
+  # PACKAGE_ARGS: more make_models.py options (e.g. --no-channels-last, --aten searchsorted);
+  # FALLBACK_PACKAGE is used when the build fails.
   $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" "${check_flag[@]}" \
     ${PACKAGE_ARGS:-} > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
+  tail -3 "$WORK/make-package.log"; echo "package build took $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
   if [ ! -s "$AOTI_PACKAGE" ] && [ -n "${FALLBACK_PACKAGE:-}" ]; then
-    echo "!! no package built: using $FALLBACK_PACKAGE"; cp "$FALLBACK_PACKAGE" "$AOTI_PACKAGE"
+    echo "!! no package built: using FALLBACK_PACKAGE $FALLBACK_PACKAGE" | tee -a "$WORK/make-package.log"
+    cp "$FALLBACK_PACKAGE" "$AOTI_PACKAGE"
   fi
-  tail -3 "$WORK/make-package.log"; echo "package built in $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
 fi
 has_backend aoti && [ -s "$AOTI_PACKAGE" ] && ls -la "$AOTI_PACKAGE"
 wait $DATA_PID
@@ -175,6 +176,7 @@ done
 
 echo "== labels: segpredict round 1 (each backend) against careful round 1"
 for backend in $BACKENDS; do
+  [ "$backend" = aoti ] && [ "${AOTI_ROUNDS:-$ROUNDS}" = 0 ] && continue  # no run of it this call
   $PY - "$WORK/$(name_of "$backend")-1" "$WORK/careful-1.parquet" "$(name_of "$backend")" <<'PY' | tee -a "$RUNS/labels.txt"
 import sys, pyarrow.dataset as ds
 def load(p):
@@ -219,7 +221,9 @@ print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']}: {r['segments
 PY
 }
 summarise  # what a run cut short during the ceilings below still brings back
-for backend in ${SPEED_BACKENDS:-$BACKENDS}; do speed_ceiling "$backend" "$RUNS/speed-ceiling-$backend.json"; done
+for backend in ${SPEED_BACKENDS:-$BACKENDS}; do
+  has_backend "$backend" && speed_ceiling "$backend" "$RUNS/speed-ceiling-$backend.json"
+done
 if has_backend aoti && [ ! -s "$RUNS/ceiling-aoti.json" ] && [ -s "$RUNS/speed-ceiling-aoti.json" ]; then
   echo "the package alone: from segpredict speed (Python's loader failed)"
   cp "$RUNS/speed-ceiling-aoti.json" "$RUNS/ceiling-aoti.json"

@@ -97,7 +97,8 @@ pub fn prime_device(device: Device, kind: Kind) {
     let _no_grad = tch::no_grad_guard();
     let primed = (|| -> Result<(), tch::TchError> {
         let options = (kind, device);
-        // NHWC storage seen as NCHW: channels-last strides, as the model's.
+        // NHWC storage seen as NCHW: channels-last strides, as segpredict
+        // runs TorchScript weights unless `channels_last = false`.
         let input = Tensor::f_zeros([2, 8, 8, 8], options)?.f_permute([0, 3, 1, 2])?;
         let weight = Tensor::f_zeros([8, 3, 3, 8], options)?.f_permute([0, 3, 1, 2])?;
         let conv = input.f_conv2d(&weight, None::<Tensor>, [1, 1], [1, 1], [1, 1], 1)?;

@@ -311,8 +311,13 @@ impl Worker {
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let loading = Instant::now();
+        // TorchScript only: loading a package runs it once with its input
+        // checks switched on through the environment, which C++ code on a
+        // second thread could be reading (and that run initialises the
+        // libraries anyway).
+        let prime = device.is_cuda() && backend::is_torchscript(config);
         let mut model = std::thread::scope(|scope| {
-            if device.is_cuda() {
+            if prime {
                 scope.spawn(|| prime_device(device, config.dtype.kind()));
             }
             Model::load(config, device, &inputs, labels.len())

@@ -52,7 +52,7 @@ impl Worker {
                 return stop_warming(size, error, started);
             }
         }
-        let headroom = map_small_pool_headroom(self.model.device)?;
+        let headroom = map_small_pool_headroom(self.model.device);
         tracing::debug!(bytes = headroom, "mapped small-pool headroom");
         Ok(started.elapsed())
     }
@@ -65,6 +65,8 @@ const SMALL_POOL_HEADROOM: i64 = 4 << 20;
 const SMALL_BLOCK: i64 = 1 << 20;
 /// At most this many small blocks are held to map the headroom.
 const MAX_SMALL_BLOCKS: usize = 256;
+/// Below this much free device memory no headroom is mapped.
+const MIN_FREE_FOR_HEADROOM: i64 = 256 << 20;
 
 /// Maps [`SMALL_POOL_HEADROOM`] more of the caching allocator's small pool
 /// (allocations up to 1 MiB, mapped 2 MiB at a time) than the warm-up
@@ -72,25 +74,51 @@ const MAX_SMALL_BLOCKS: usize = 256;
 /// per-row tensors of typical batches, and their fragmentation depends on
 /// the order batches come in, which no warm-up reproduces: in the H200
 /// benchmark the first real batch of the 8,192 class still mapped 2 MiB
-/// more after a warm-up at two row counts a class (benches/gpu/RESULTS.md,
-/// session 4). Freed blocks stay mapped, so the run uses the headroom
-/// instead of growing. 0 on CPU.
-fn map_small_pool_headroom(device: Device) -> Result<i64, WorkerError> {
+/// more after a warm-up at two row counts a class, and with this headroom
+/// no run grew (benches/gpu/RESULTS.md, session 4). Freed blocks stay
+/// mapped, so the run uses the headroom instead of growing. Headroom is a
+/// margin, not a need: without statistics, or with little free device
+/// memory (an allocation that fails makes the allocator release what the
+/// warm-up mapped), it maps nothing. 0 on CPU.
+fn map_small_pool_headroom(device: Device) -> i64 {
     let Device::Cuda(index) = device else {
-        return Ok(0);
+        return 0;
     };
-    let reserved =
-        || -> Result<i64, WorkerError> { Ok(alloc::stats(index)?.map_or(0, |s| s.reserved)) };
-    let before = reserved()?;
+    let reserved = || match alloc::stats(index) {
+        Ok(stats) => stats.map(|s| (s.reserved, s.device_free)),
+        Err(error) => {
+            tracing::debug!(%error, "no allocator statistics for the small-pool headroom");
+            None
+        }
+    };
+    let allocate = || Tensor::f_empty([SMALL_BLOCK], (Kind::Uint8, device)).ok();
+    map_headroom(reserved, allocate)
+}
+
+/// [`map_small_pool_headroom`]'s loop over its two device calls:
+/// `reserved` gives reserved and free device bytes, `allocate` one small
+/// block. Blocks are held until it returns.
+fn map_headroom<B>(
+    mut reserved: impl FnMut() -> Option<(i64, i64)>,
+    mut allocate: impl FnMut() -> Option<B>,
+) -> i64 {
+    let Some((before, free)) = reserved() else {
+        return 0;
+    };
+    if free < MIN_FREE_FOR_HEADROOM {
+        return 0;
+    }
     let mut held = Vec::new();
-    while reserved()? < before + SMALL_POOL_HEADROOM && held.len() < MAX_SMALL_BLOCKS {
-        // Headroom is a margin, not a need: without the memory, go on without it.
-        match Tensor::f_empty([SMALL_BLOCK], (Kind::Uint8, device)) {
-            Ok(block) => held.push(block),
-            Err(_) => break,
+    let mut now = before;
+    while now < before + SMALL_POOL_HEADROOM && held.len() < MAX_SMALL_BLOCKS {
+        let Some(block) = allocate() else { break };
+        held.push(block);
+        match reserved() {
+            Some((bytes, _)) => now = bytes,
+            None => break,
         }
     }
-    Ok(reserved()? - before)
+    now - before
 }
 
 /// The warm-up's batches, `(segments, rows)`, largest class first: each
@@ -139,6 +167,47 @@ mod tests {
             warm_batches(&[1024, 16384], 4096),
             [(16384, 4096), (16384, 911), (1024, 1024), (1024, 57)]
         );
+    }
+
+    /// A fake allocator: every `per_page` blocks map one more 2 MiB page.
+    fn fake_device(
+        per_page: i64,
+        free: i64,
+    ) -> (
+        impl FnMut() -> Option<(i64, i64)>,
+        impl FnMut() -> Option<()>,
+    ) {
+        let blocks = std::rc::Rc::new(std::cell::Cell::new(0i64));
+        let counted = blocks.clone();
+        let reserved = move || Some(((100 << 20) + (counted.get() / per_page) * (2 << 20), free));
+        let allocate = move || {
+            blocks.set(blocks.get() + 1);
+            Some(())
+        };
+        (reserved, allocate)
+    }
+
+    #[test]
+    fn headroom_maps_past_the_warm_up_and_stops() {
+        let (reserved, allocate) = fake_device(2, 1 << 40);
+        assert_eq!(map_headroom(reserved, allocate), SMALL_POOL_HEADROOM);
+    }
+
+    #[test]
+    fn headroom_gives_up_after_its_block_cap() {
+        // Free space in the pool absorbs every block: nothing new is mapped.
+        let (reserved, allocate) = fake_device(i64::MAX, 1 << 40);
+        assert_eq!(map_headroom(reserved, allocate), 0);
+    }
+
+    #[test]
+    fn no_headroom_without_statistics_free_memory_or_allocations() {
+        let (_, allocate) = fake_device(1, 1 << 40);
+        assert_eq!(map_headroom(|| None, allocate), 0);
+        let (reserved, allocate) = fake_device(1, MIN_FREE_FOR_HEADROOM - 1);
+        assert_eq!(map_headroom(reserved, allocate), 0);
+        let (reserved, _) = fake_device(1, 1 << 40);
+        assert_eq!(map_headroom(reserved, || None::<()>), 0);
     }
 
     #[test]

@@ -331,17 +331,27 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
 }
 
 /// Warns when a CUDA package computes a scan (cumsum, ...) in a kernel
-/// inductor generated: see [`super::kernels`]. A package that cannot be read
-/// for this is only noted; loading it already succeeded.
+/// inductor generated: see [`super::kernels`]. A package whose kernels
+/// cannot be named gets the general warning instead; loading it already
+/// succeeded.
 fn warn_of_generated_scans(path: &Path) {
+    const WHY: &str = "such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export with cumsum compiled as a call to ATen (README, \"Models exported with torch.export\"), or compare a sample of the package's output with the model's";
     match super::kernels::generated_scan_kernels(path) {
-        Ok(kernels) if kernels.is_empty() => {}
-        Ok(kernels) => tracing::warn!(
+        Ok(Some(kernels)) if kernels.is_empty() => {}
+        Ok(Some(kernels)) => tracing::warn!(
             path = %path.display(),
             kernels = %kernels.join(", "),
-            "this CUDA package computes a scan (cumsum, ...) in a kernel inductor generated; such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export it with cumsum compiled as a call to ATen (README, \"Models exported with torch.export\"), or compare a sample of its output with the model's"
+            "this CUDA package computes a scan (cumsum, ...) in a kernel inductor generated; {WHY}"
         ),
-        Err(error) => tracing::debug!(%error, "could not read the package's kernel names"),
+        Ok(None) => tracing::warn!(
+            path = %path.display(),
+            "could not find this CUDA package's generated source, so cannot tell whether it computes a scan (cumsum, ...) in a kernel inductor generated; {WHY}"
+        ),
+        Err(error) => tracing::warn!(
+            path = %path.display(),
+            %error,
+            "could not read this CUDA package's kernel names; if it computes a scan (cumsum, ...) in a kernel inductor generated, {WHY}"
+        ),
     }
 }
 
@@ -573,7 +583,8 @@ fn dtype_kind(dtype: ModelDtype) -> Kind {
 /// dtype is read as garbage; with them it is an error naming the input. But
 /// they also refuse any dynamic size below 2 (one row, no tags), which
 /// batches have: so only the start-up check's copy runs with them. Runs at
-/// start-up, before the pipeline's threads exist.
+/// start-up, while no other thread runs libtorch: the readers only read
+/// Parquet, and the device is primed for TorchScript models alone.
 fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
     const VAR: &str = "AOTI_RUNTIME_CHECK_INPUTS";
     let previous = std::env::var_os(VAR);

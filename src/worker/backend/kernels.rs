@@ -16,11 +16,13 @@ use std::path::Path;
 /// Operators inductor compiles as scans.
 const SCAN_OPS: [&str; 5] = ["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"];
 
-/// The package's Triton kernels that compute a scan, sorted; empty for a
-/// package without generated scans (or without Triton kernels: CPU).
-pub fn generated_scan_kernels(path: &Path) -> Result<Vec<String>, zip::result::ZipError> {
+/// The package's Triton kernels that compute a scan, sorted: empty for a
+/// package without generated scans (or without Triton kernels: CPU);
+/// `None` when the package holds no generated wrapper source to read.
+pub fn generated_scan_kernels(path: &Path) -> Result<Option<Vec<String>>, zip::result::ZipError> {
     let mut archive = zip::ZipArchive::new(std::fs::File::open(path)?)?;
     let mut kernels = BTreeSet::new();
+    let mut wrappers = 0;
     for index in 0..archive.len() {
         let mut record = archive.by_index(index)?;
         if !record.name().ends_with(".wrapper.cpp") {
@@ -29,8 +31,9 @@ pub fn generated_scan_kernels(path: &Path) -> Result<Vec<String>, zip::result::Z
         let mut source = String::new();
         record.read_to_string(&mut source)?;
         kernels.extend(scan_kernels_in(&source));
+        wrappers += 1;
     }
-    Ok(kernels.into_iter().collect())
+    Ok((wrappers > 0).then(|| kernels.into_iter().collect()))
 }
 
 /// Triton kernel names in `source` with a scan among their fused operators.
@@ -67,7 +70,7 @@ mod tests {
             launchKernel(kernels.triton_poi_fused_arange_searchsorted_1, ...);"#;
         let path = package_with_wrapper(dir.path(), source);
         assert_eq!(
-            generated_scan_kernels(&path).unwrap(),
+            generated_scan_kernels(&path).unwrap().unwrap(),
             ["triton_per_fused_cumsum_0"]
         );
     }
@@ -79,13 +82,51 @@ mod tests {
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_cumsum(buf0, 0, &dtype, &buf1));\n\
                       launchKernel(kernels.triton_poi_fused_arange_searchsorted_0, ...);";
         let path = package_with_wrapper(dir.path(), source);
-        assert!(generated_scan_kernels(&path).unwrap().is_empty());
+        assert_eq!(generated_scan_kernels(&path).unwrap(), Some(vec![]));
+    }
+
+    /// Lines of the wrapper of the H200 package built with cumsum as an ATen
+    /// call (session 4, call 1): its kernels' names as inductor wrote them.
+    const REAL_CUDA_WRAPPER: &str = r#"
+    kernels_.triton_poi_fused_arange_searchsorted_0 = loadKernel("/tmp/ind-aten-cumsum/civ7tbu4jxuqxj5673cl47px4smu6loq6x6hd6gp6si2yabhirzz/cbw3iazxkeiz2f5wac5wjg6d3w7ke7b6gy4kpbej5koxvhergdz3.cubin", "triton_poi_fused_arange_searchsorted_0", 0, cubin_dir_);
+    kernels_.triton_per_fused_convolution_div_index_put_mean_relu_view_zeros_4 = loadKernel("/tmp/ind-aten-cumsum/civ7tbu4jxuqxj5673cl47px4smu6loq6x6hd6gp6si2yabhirzz/c6oul2g2d7y3wnmujyo4ihdtqkmselevmcwvu4pjwd4vnnbzkzww.cubin", "triton_per_fused_convolution_div_index_put_mean_relu_view_zeros_4", 64, cubin_dir_);
+    launchKernel(kernels_.triton_poi_fused_embedding_index_put_6, grid_0, grid_1, grid_2, 4, 0, kernel_args_, stream_);
+    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_cumsum(arg10_1, 0L, nullptr, &buf1_handle));
+    "#;
+
+    #[test]
+    fn a_real_cuda_wrapper_with_cumsum_as_aten_has_no_generated_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = package_with_wrapper(dir.path(), REAL_CUDA_WRAPPER);
+        assert_eq!(generated_scan_kernels(&path).unwrap(), Some(vec![]));
+        // The same names with inductor's own scan in one of them are found.
+        let fused =
+            REAL_CUDA_WRAPPER.replace("arange_searchsorted_0", "arange_cumsum_searchsorted_0");
+        let path = package_with_wrapper(dir.path(), &fused);
+        assert_eq!(
+            generated_scan_kernels(&path).unwrap().unwrap(),
+            ["triton_poi_fused_arange_cumsum_searchsorted_0"]
+        );
     }
 
     #[test]
-    fn the_repository_cpu_package_has_no_generated_scan() {
+    fn a_package_without_generated_source_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.pt2");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        zip.start_file("model/archive_format", zip::write::FileOptions::default())
+            .unwrap();
+        zip.write_all(b"pt2").unwrap();
+        zip.finish().unwrap();
+        assert_eq!(generated_scan_kernels(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn the_repository_cpu_package_is_read_and_has_no_triton_kernel() {
+        // CPU kernels are C++ (`cpp_fused_*`): nothing to name, but the real
+        // package's wrapper is found and read.
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/digits-small.pt2");
-        assert!(generated_scan_kernels(&path).unwrap().is_empty());
+        assert_eq!(generated_scan_kernels(&path).unwrap(), Some(vec![]));
     }
 
     #[test]

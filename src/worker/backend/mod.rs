@@ -97,6 +97,15 @@ pub fn load_backend(
     }
 }
 
+/// Whether `config` names a TorchScript module (by content, or as set); a
+/// file that is neither is left to the loader to report.
+pub fn is_torchscript(config: &ModelConfig) -> bool {
+    matches!(
+        resolve_format(config),
+        Ok(ModelFormat::TorchScript | ModelFormat::Auto)
+    )
+}
+
 /// `auto` becomes the format the file's content shows. A format set in the
 /// pipeline must agree with the content where the content is clear; where
 /// it is not, the format's own loader says what is wrong.
