@@ -51,16 +51,20 @@ mod tests {
 
     use super::*;
 
-    fn package_with_wrapper(dir: &Path, source: &str) -> std::path::PathBuf {
+    /// A zip holding one record, as a package holds its files.
+    fn package_with(dir: &Path, record: &str, text: &str) -> std::path::PathBuf {
         let path = dir.join("model.pt2");
         let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
         let stored =
             zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
-        zip.start_file("model/data/aotinductor/model/cabc.wrapper.cpp", stored)
-            .unwrap();
-        zip.write_all(source.as_bytes()).unwrap();
+        zip.start_file(record, stored).unwrap();
+        zip.write_all(text.as_bytes()).unwrap();
         zip.finish().unwrap();
         path
+    }
+
+    fn package_with_wrapper(dir: &Path, source: &str) -> std::path::PathBuf {
+        package_with(dir, "model/data/aotinductor/model/cabc.wrapper.cpp", source)
     }
 
     #[test]
@@ -73,16 +77,6 @@ mod tests {
             generated_scan_kernels(&path).unwrap().unwrap(),
             ["triton_per_fused_cumsum_0"]
         );
-    }
-
-    #[test]
-    fn a_cumsum_that_calls_aten_is_not_a_generated_scan() {
-        let dir = tempfile::tempdir().unwrap();
-        let source =
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_cumsum(buf0, 0, &dtype, &buf1));\n\
-                      launchKernel(kernels.triton_poi_fused_arange_searchsorted_0, ...);";
-        let path = package_with_wrapper(dir.path(), source);
-        assert_eq!(generated_scan_kernels(&path).unwrap(), Some(vec![]));
     }
 
     /// Lines of the wrapper of the H200 package built with cumsum as an ATen
@@ -112,12 +106,7 @@ mod tests {
     #[test]
     fn a_package_without_generated_source_is_told_apart() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("model.pt2");
-        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
-        zip.start_file("model/archive_format", zip::write::FileOptions::default())
-            .unwrap();
-        zip.write_all(b"pt2").unwrap();
-        zip.finish().unwrap();
+        let path = package_with(dir.path(), "model/archive_format", "pt2");
         assert_eq!(generated_scan_kernels(&path).unwrap(), None);
     }
 
