@@ -613,7 +613,7 @@ def compile_as_aten(ops: list[str]) -> None:
     internals, so build_aoti checks the CUDA package's kernel names afterwards."""
     from torch._inductor import lowering
 
-    for op in dict.fromkeys(ops):
+    for op in ops:
         if op == "index_put":
             lowering.needs_fallback_due_to_atomic_add_limitations = lambda dtype: True
         else:
@@ -633,11 +633,25 @@ def triton_kernels_computing(path: Path, ops: list[str]) -> list[str]:
     return sorted(k for k in names if any(f"_{op}_" in f"{k}_" for op in ops))
 
 
+def check_aten_calls(name: str, path: Path, aten_ops: list[str]) -> None:
+    """A CUDA package that still has a generated cumsum is removed (it computes wrong labels); one
+    that still has another op meant for ATen is only slower, and is warned of."""
+    generated = triton_kernels_computing(path, aten_ops)
+    scans = [k for k in generated if "_cumsum_" in f"{k}_"]
+    if scans:
+        path.unlink()
+        raise SystemExit(f"{path}: inductor generated {', '.join(scans)} although cumsum was to be an ATen call "
+                         "(its scan kernels computed wrong totals on the H200); package removed")
+    if generated:
+        print(f"[{name}] warning: inductor still generated {', '.join(generated)} for ops meant to be ATen calls",
+              flush=True)
+
+
 def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
                extra_configs: dict | None = None, check: bool = True, aten_ops: list[str] | None = None,
                channels_last: bool | None = None) -> None:
     t0 = time.perf_counter()
-    aten_ops = [*ATEN_ALWAYS, *(ATEN_ON_CUDA if device == "cuda" else ()), *(aten_ops or [])]
+    aten_ops = list(dict.fromkeys([*ATEN_ALWAYS, *(ATEN_ON_CUDA if device == "cuda" else ()), *(aten_ops or [])]))
     if channels_last is None:
         channels_last = device == "cuda"
     compile_as_aten(aten_ops)
@@ -659,22 +673,13 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         "max_autotune": max_autotune,
         **(extra_configs or {}),
     }
-    print(f"[{name}] compiled as calls to ATen: {', '.join(dict.fromkeys(aten_ops))}", flush=True)
+    print(f"[{name}] compiled as calls to ATen: {', '.join(aten_ops)}", flush=True)
     torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     if not (MODELS / f"{name}.labels.txt").exists():
         write_labels(name)
     print(f"[{name}] wrote {path} ({path.stat().st_size:,} bytes) in {time.perf_counter() - t0:.1f}s", flush=True)
     if device == "cuda":
-        # A generated cumsum computes wrong labels: refuse the package. Other ops only cost speed.
-        scans = triton_kernels_computing(path, ["cumsum"])
-        if scans:
-            path.unlink()
-            raise SystemExit(f"{path}: inductor generated {', '.join(scans)} although cumsum was to be an ATen call "
-                             "(its scan kernels computed wrong totals on the H200); package removed")
-        left = triton_kernels_computing(path, [op for op in dict.fromkeys(aten_ops) if op != "cumsum"])
-        if left:
-            print(f"[{name}] warning: inductor still generated {', '.join(left)} for ops meant to be ATen calls",
-                  flush=True)
+        check_aten_calls(name, path, aten_ops)
     if not check:
         print(f"[{name}] not checked against eager (--no-check)")
         return

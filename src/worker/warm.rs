@@ -24,7 +24,8 @@ impl Worker {
     /// segments, the per-row tensors grow with rows. Each batch is queued before the
     /// previous one's answers are collected, as [`Worker::run`] keeps one
     /// batch in flight, so the allocator also sees two batches' inputs and
-    /// answers alive at once. Returns the time it took. An out-of-memory
+    /// answers alive at once; then small-pool headroom is mapped (see
+    /// [`map_small_pool_headroom`]). Returns the time it took. An out-of-memory
     /// stops the warm-up, not the run: the run's own recovery lowers the
     /// budget at the batch that needs it.
     pub fn warm_size_classes(
@@ -47,10 +48,8 @@ impl Worker {
                 Err(error) => return stop_warming(size, error, started),
             }
         }
-        if let Some((size, launched)) = in_flight {
-            if let Err(error) = launched.wait() {
-                return stop_warming(size, error, started);
-            }
+        if let Some((size, Err(error))) = in_flight.map(|(size, l)| (size, l.wait())) {
+            return stop_warming(size, error, started);
         }
         let headroom = map_small_pool_headroom(self.model.device);
         tracing::debug!(bytes = headroom, "mapped small-pool headroom");
