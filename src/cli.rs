@@ -201,6 +201,11 @@ struct SpeedArgs {
     /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,
+    /// Time the model on the segments of this input's first rows (a Parquet
+    /// file or folder, read with the pipeline's columns) instead of a byte
+    /// pattern: a model can take longer on real data.
+    #[arg(long)]
+    input: Option<PathBuf>,
     /// Also write the measurement as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,

@@ -29,7 +29,7 @@ use crate::worker::{self, Worker};
 use crate::writer::checkpoint::{self, DirState};
 use crate::writer::manifest::RunManifest;
 use attempt::{begin_attempt, finish_shard, Attempt};
-use start::{abandon_start, memory_target, prepare_model};
+use start::{abandon_start, check_model_bound, memory_target, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -69,16 +69,40 @@ pub fn speed(
     segments: Option<usize>,
     rows: Option<usize>,
     batches: usize,
+    on_input: bool,
 ) -> Result<SpeedReport> {
     let model = load_worker(config)?;
     let mut bucketing = config.bucketing.clone();
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
+    if let Some(limit) = model.max_segments().filter(|&limit| segments > limit) {
+        bail!(
+            "{} takes at most {limit} segments a batch (the bound it was exported with); asked for {segments}",
+            config.model.path.display()
+        );
+    }
+    let data = match on_input {
+        true => Some(input_segments(config, segments)?),
+        false => None,
+    };
     Ok(SpeedReport {
-        speed: model.speed_alone(segments, rows, batches)?,
+        speed: model.speed_alone(segments, rows, batches, data.as_deref())?,
         device: worker::device_name(model.device()),
         format: model.format(),
     })
+}
+
+/// The first `segments` segments of the input (`speed --input`).
+fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
+    let data = crate::reader::leading_segments(&config.readers, segments)
+        .with_context(|| format!("reading segments from {}", config.readers.path.display()))?;
+    if data.is_empty() {
+        bail!(
+            "{}: no segments to time the model on",
+            config.readers.path.display()
+        );
+    }
+    Ok(data)
 }
 
 /// What `check` found: the run would start.
@@ -102,6 +126,7 @@ pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     let plan = config.readers.plan()?;
     let model = load_worker(config)?;
+    check_model_bound(config, &model)?;
     if config.auto_budget {
         memory_target(config)?;
         if !model.device().is_cuda() {

@@ -734,3 +734,50 @@ fn speed_times_the_model_alone_in_either_format() {
         refused.describe()
     );
 }
+
+/// `speed --input` times the model on the input's own segments and says so;
+/// an input it cannot read is an error naming the file.
+#[test]
+fn speed_on_the_inputs_segments() {
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(dir.path().join("elsewhere.parquet"), dir.path().join("out"));
+    pipeline.max_segments = 512;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let json = dir.path().join("speed.json");
+    let sample_arg = sample();
+    let args = [
+        "speed",
+        file.to_str().unwrap(),
+        "--batches",
+        "2",
+        "--input",
+        sample_arg.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let timed = segpredict(&args);
+    timed.expect_code(0);
+    assert!(
+        timed.stdout.contains("rows of ") && timed.stdout.contains("digits.parquet's segments"),
+        "{}",
+        timed.describe()
+    );
+    let measured: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(measured["data"], "input", "{measured}");
+    assert_eq!(measured["speed"]["segments"], 512, "{measured}");
+
+    let missing = dir.path().join("missing.parquet");
+    let refused = segpredict(&[
+        "speed",
+        file.to_str().unwrap(),
+        "--input",
+        missing.to_str().unwrap(),
+    ]);
+    assert_ne!(refused.code, 0, "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("missing.parquet"),
+        "{}",
+        refused.describe()
+    );
+}

@@ -194,6 +194,33 @@ def sum_per_row(values: torch.Tensor, row: torch.Tensor, rows: int) -> torch.Ten
     return sums[:rows]
 
 
+def sums_by_row_matmul(values: torch.Tensor, row: torch.Tensor, rows: int) -> torch.Tensor:
+    """values [n, C] summed per row -> [rows + 1, C] (row `rows` takes the padding), as one matrix
+    product with the 0/1 matrix saying which row each item is in.
+
+    ATen's index_put with accumulate sorts the rows and then adds each row's items one after
+    another, so a batch of a few long rows waits on a few long serial loops; a matrix product
+    takes the same time however the items are spread over the rows, and adds in f32. The 0/1
+    matrix is (rows + 1) x n: 134 MB in bf16 at 4,096 rows of a 16,384-segment batch.
+    """
+    member = torch.arange(rows + 1, dtype=row.dtype, device=row.device).unsqueeze(1) == row.unsqueeze(0)
+    return member.to(values.dtype) @ values
+
+
+def sums_by_row_scan(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """values [n, C] summed per row (counts[r] items each, row after row) -> [rows, C], as the
+    differences of a running total in f32 taken at each row's start and end.
+
+    Like `sums_by_row_matmul`, its time does not depend on how the items are spread over the
+    rows; unlike it, nor on the number of rows. The running total is taken along the inner
+    dimension (values transposed), where ATen's scan is parallel; along the outer one each
+    thread would walk all n items. In f32 over 16,384 items its rounding stays far below bf16's.
+    """
+    ends = torch.cumsum(counts, 0)
+    totals = F.pad(torch.cumsum(values.t().float(), 1), (1, 0))
+    return (totals[:, ends] - totals[:, ends - counts]).t().to(values.dtype)
+
+
 class ExportableDigitsSmall(DigitsSmall):
     """DigitsSmall as torch.export traces it, without a host sync (same weights, same outputs).
 
@@ -219,7 +246,11 @@ class ExportableDigitsSmall(DigitsSmall):
 
 
 class ExportableDigitsSeed(DigitsSeed):
-    """DigitsSeed as torch.export traces it, without a host sync (see ExportableDigitsSmall)."""
+    """DigitsSeed as torch.export traces it, without a host sync (see ExportableDigitsSmall).
+
+    `pooling`: how the segments are summed per row, one of POOLINGS."""
+
+    pooling = "index_put"
 
     def forward(
         self, segments: torch.Tensor, segment_counts: torch.Tensor, tags: torch.Tensor, tag_counts: torch.Tensor
@@ -231,13 +262,19 @@ class ExportableDigitsSeed(DigitsSeed):
         f = self.pool(x).flatten(1)
         # Segments and tags summed into one buffer, in the TorchScript model's order; its spare
         # last row takes the padding segments.
-        pooled = torch.zeros(r + 1, f.size(1), dtype=f.dtype, device=f.device)
-        pooled.index_put_((row_of_each(segment_counts, segments.size(0)),), f, accumulate=True)
+        if self.pooling == "scan":
+            pooled = F.pad(sums_by_row_scan(f, segment_counts), (0, 0, 0, 1))
+        elif self.pooling == "matmul":
+            pooled = sums_by_row_matmul(f, row_of_each(segment_counts, segments.size(0)), r)
+        else:
+            pooled = torch.zeros(r + 1, f.size(1), dtype=f.dtype, device=f.device)
+            pooled.index_put_((row_of_each(segment_counts, segments.size(0)),), f, accumulate=True)
         pooled.index_put_((row_of_each(tag_counts, tags.size(0)),), self.tag_emb(tags), accumulate=True)
         return self.head(pooled[:r])
 
 
 EXPORTABLE = {"digits-small": ExportableDigitsSmall, "digits-seed": ExportableDigitsSeed}
+POOLINGS = ("index_put", "matmul", "scan")
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
@@ -497,16 +534,27 @@ def eager_weights(name: str) -> dict:
     raise SystemExit(f"{path.relative_to(ROOT)} is missing: build it first (just models)")
 
 
-def export_model(model: nn.Module, device: str, dtype: torch.dtype):
-    """torch.export with dynamic segment, row and tag dimensions.
+# The most segments (and rows) a batch of a CUDA package may hold. Without an upper bound,
+# AOTInductor sizes its kernels' indices by the export example's sizes: 32-bit, which overflow
+# past 2**31 elements, i.e. past ~85,600 segments in digits-seed's [segments, 512, 7, 7]; its
+# `--gpu-memory 6GiB` calibration then died on an illegal memory access (H200, session 5). With
+# this bound every index provably fits in 32 bits; the package records it in its metadata
+# (segpredict.max_segments) and segpredict keeps every batch within it.
+CUDA_MAX_SEGMENTS = 65536
+
+
+def export_model(model: nn.Module, device: str, dtype: torch.dtype, max_segments: int | None = None):
+    """torch.export with dynamic segment, row and tag dimensions (segments and rows at most
+    `max_segments` when given).
 
     The example's sizes are all different and at least 2: export specialises a dimension whose
     example size is 0 or 1, or equals another's.
     """
     seg, counts, tags, tcounts = (t.to(device) for t in smoke_inputs())
     example = (seg.to(dtype), counts, tags, tcounts)
-    segments = torch.export.Dim("segments", min=1)
-    rows = torch.export.Dim("rows", min=1)
+    bound = {"max": max_segments} if max_segments else {}
+    segments = torch.export.Dim("segments", min=1, **bound)
+    rows = torch.export.Dim("rows", min=1, **bound)
     n_tags = torch.export.Dim("tags", min=0)
     dynamic = ({0: segments}, {0: rows}, {0: n_tags}, {0: rows})
     return torch.export.export(model, example, dynamic_shapes=dynamic)
@@ -536,12 +584,14 @@ def batch_like_the_benchmark(device: str, dtype: torch.dtype):
     return tuple(t.to(device) for t in (seg, counts, tags, tcounts))
 
 
-def eager_models(name: str, device: str, dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
+def eager_models(name: str, device: str, dtype: torch.dtype, pooling: str = "index_put") -> tuple[nn.Module, nn.Module]:
     """The exportable (sync-free) model and the TorchScript model's class, eager, same weights."""
     weights = eager_weights(name)
     models = []
     for cls in (EXPORTABLE[name], EXPORTABLE[name].__bases__[0]):
         model = cls()
+        if pooling != "index_put":
+            model.pooling = pooling
         model.load_state_dict(weights)
         models.append(model.eval().to(device=device, dtype=dtype))
     return models[0], models[1]
@@ -649,8 +699,13 @@ def check_aten_calls(name: str, path: Path, aten_ops: list[str]) -> None:
 
 def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
                extra_configs: dict | None = None, check: bool = True, aten_ops: list[str] | None = None,
-               channels_last: bool | None = None) -> None:
+               channels_last: bool | None = None, pooling: str | None = None) -> None:
     t0 = time.perf_counter()
+    if pooling is None:
+        # Scan on CUDA: index_put's time grew on batches of few long rows (10.8 ms at 16 rows
+        # against 9.7 ms at 256, a 16,384-segment batch on the H200), the matrix product's on
+        # batches of many rows (10.2 ms at 4,096); the scan's stays flat (session 5).
+        pooling = "scan" if device == "cuda" and name == "digits-seed" else "index_put"
     aten_ops = list(dict.fromkeys([*ATEN_ALWAYS, *(ATEN_ON_CUDA if device == "cuda" else ()), *(aten_ops or [])]))
     if channels_last is None:
         channels_last = device == "cuda"
@@ -659,21 +714,24 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         raise SystemExit("--device cuda: CUDA is not available here")
     torch.set_num_threads(min(os.cpu_count() or 1, 16))
     dtype = DTYPES[dtype_name]
-    model, original = eager_models(name, device, dtype)
+    model, original = eager_models(name, device, dtype, pooling)
     if channels_last:
         # Inductor lays convolutions out channels-last itself only for static shapes; with the
         # weights channels-last, cuDNN's convolutions of the package run channels-last too:
         # digits-seed's CUDA package alone, 16.1 ms -> 10.0 ms a 16,384-segment batch (H200).
         model = model.to(memory_format=torch.channels_last)
-    program = export_model(model, device, dtype)
+    max_segments = CUDA_MAX_SEGMENTS if device == "cuda" else None
+    program = export_model(model, device, dtype, max_segments)
     path = out or aoti_package_path(name, device, dtype_name)
+    bound = {"segpredict.max_segments": str(max_segments)} if max_segments else {}
     configs = {
-        # segpredict reads the dtype the package takes from its metadata.
-        "aot_inductor.metadata": {"segpredict.dtype": dtype_name},
+        # segpredict reads the dtype the package takes, and its bound, from its metadata.
+        "aot_inductor.metadata": {"segpredict.dtype": dtype_name, **bound},
         "max_autotune": max_autotune,
         **(extra_configs or {}),
     }
-    print(f"[{name}] compiled as calls to ATen: {', '.join(aten_ops)}", flush=True)
+    print(f"[{name}] compiled as calls to ATen: {', '.join(aten_ops)}"
+          + f"; segments summed per row by {pooling}", flush=True)
     torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     if not (MODELS / f"{name}.labels.txt").exists():
         write_labels(name)
@@ -688,7 +746,7 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         # torch 2.11, in the compiling process and in a fresh one): checking it in a child
         # process keeps such a crash from losing the package just built.
         child = [sys.executable, "-X", "faulthandler", __file__, "--check-package", str(path), "--only", name,
-                 "--device", device, "--dtype", dtype_name]
+                 "--device", device, "--dtype", dtype_name] + (["--pooling", pooling] if name == "digits-seed" else [])
         subprocess.run(child, check=True)
     else:
         check_package(path, model, original, device, dtype)
@@ -728,6 +786,10 @@ def main() -> None:
     ap.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                     help="--aoti: export with the weights channels-last, so cuDNN runs the convolutions "
                          "channels-last (default: on for CUDA, off for CPU)")
+    ap.add_argument("--pooling", choices=POOLINGS,
+                    help="--aoti, digits-seed: how the package sums the segments per row: index_put, a matrix "
+                         "product with the 0/1 row matrix, or differences of a running total (scan; the default "
+                         "for CUDA, index_put for CPU)")
     ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     ap.add_argument("--no-check", action="store_true",
                     help="--aoti: skip checking the package against eager in Python (the benchmark checks it "
@@ -738,9 +800,11 @@ def main() -> None:
     if args.check_package:
         if not args.only:
             ap.error("--check-package needs --only")
-        model, original = eager_models(args.only, args.device, DTYPES[args.dtype])
+        model, original = eager_models(args.only, args.device, DTYPES[args.dtype], args.pooling or "index_put")
         check_package(args.check_package, model, original, args.device, DTYPES[args.dtype])
         return
+    if args.pooling and args.only != "digits-seed":
+        ap.error("--pooling is for --only digits-seed")
     if args.aoti:
         # torch 2.11's own pytree code trips its own deprecation on every package.
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -748,7 +812,8 @@ def main() -> None:
             ap.error("--out needs --only")
         for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
             build_aoti(name, args.device, args.dtype, args.max_autotune, args.out, inductor_configs(ap, args),
-                       check=not args.no_check, aten_ops=args.aten, channels_last=args.channels_last)
+                       check=not args.no_check, aten_ops=args.aten, channels_last=args.channels_last,
+                       pooling=args.pooling)
         return
     if args.only is None or os.environ.get("PYTHONHASHSEED") != "0":
         # One process per model, with a fixed PYTHONHASHSEED: TorchScript's generated code

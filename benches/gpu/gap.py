@@ -7,7 +7,9 @@ records (timestamps from the run's start, device time by CUDA events).
 RUNS_DIR holds segpredict-N.json (segpredict's _report.json), careful-N.json
 (plain_pytorch.py --careful), optionally other python-*.json baselines,
 NAME.ext ("start end" process wall clock, seconds), NAME.ids.json and
-ceiling.json (model_ceiling.py --streams 1 2 over segpredict's size classes).
+ceiling.json (model_ceiling.py --streams 1 2 over segpredict's size classes;
+where gap.sh measured it sustained, the sustained result at the budget shape,
+the short ones in ceiling-short.json).
 
 The ideal is the run's real segments at the ceiling's best rate at the budget
 shape (best of one and two streams). The terms, which add up to the run's
@@ -280,6 +282,16 @@ def main() -> None:
         if c:
             lines.append(f"{name} at the budget shape {budget}: 1 stream {c[budget].get('sps_1'):,} / "
                          f"2 streams {c[budget].get('sps_2', 0):,} segs/s; device {c[budget]['device_ms']} ms per batch (1 stream)")
+    for name, stem, layout in [("TorchScript", "ceiling", "channels_last"), ("package", "ceiling-aoti", "aoti")]:
+        short_file = runs / f"{stem}-short.json"
+        if short_file.exists() and (runs / f"{stem}.json").exists():
+            short = ceiling_curve(json.loads(short_file.read_text()), layout).get(budget)
+            sustained = ceiling_curve(json.loads((runs / f"{stem}.json").read_text()), layout).get(budget)
+            if short and sustained:
+                summary[f"{stem}_short_best_sps"] = short["best_sps"]
+                lines.append(f"{name} alone at {budget}, the ceiling used: {sustained['best_sps']:,} segs/s sustained (the "
+                             f"input's own segments, about a run's length); {short['best_sps']:,} over a short burst "
+                             f"(x{sustained['best_sps'] / short['best_sps']:.3f})")
     for backend in ("torchscript", "aoti"):
         speed_file = runs / f"speed-ceiling-{backend}.json"
         if speed_file.exists():

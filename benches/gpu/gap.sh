@@ -21,8 +21,15 @@
 # tools/make_models.py --aoti --device cuda --dtype bf16 when the file is
 # missing, since a package is compiled for the machine that runs it).
 # GPU_MEMORY_BACKENDS limits the --gpu-memory runs to some backends,
-# SPEED_BACKENDS the `segpredict speed` ceilings; AOTI_ROUNDS=N runs the
-# package in the first N rounds only.
+# SPEED_BACKENDS the `segpredict speed` ceilings; AOTI_ROUNDS=N (TS_ROUNDS=N)
+# runs the package (TorchScript) in the first N rounds only.
+# POOLINGS: the package is built once per make_models.py --pooling given
+# (side by side), and the one whose `segpredict speed` on the input's own
+# segments is fastest over 16..1,024 rows a batch is the package measured.
+# SUSTAIN: batches in the sustained ceilings: the model alone at the budget's
+# shape on the input's own segments for about as long as a run (the H200
+# holds its boost clock for a second or two, then its 700 W power cap brings
+# it down), which replace the short ceilings at that shape.
 # ROUNDS=0 runs only what comes before the rounds (data, package, the
 # --gpu-memory runs), so a later call on the same machine (same WORK) can
 # reuse them: the data and the package are kept when they are already there.
@@ -68,26 +75,52 @@ make_data() { # ROWS FILE: kept when it already holds ROWS rows
 echo "== data"
 make_data "$ROWS" "$WORK/input.parquet" &
 DATA_PID=$!
-if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
-  echo "== AOTInductor package (tools/make_models.py --aoti --device cuda --dtype bf16)"
-  t0=$(stamp)
+POOLINGS=${POOLINGS:-scan}
+build_package() { # POOLING: AOTI_PACKAGE's sibling for that pooling
   # -X faulthandler: a crash in compiled code still says where Python was.
   # PACKAGE_CHECK=0: no check in Python (its package loader crashed on the H200; the
   # labels against TorchScript's and segpredict speed check the package instead).
-  check_flag=(); [ "${PACKAGE_CHECK:-1}" = 0 ] && check_flag=(--no-check)
-  # PACKAGE_ARGS: more make_models.py options (e.g. --no-channels-last, --aten searchsorted);
-  # FALLBACK_PACKAGE is used when the build fails.
-  $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --out "$AOTI_PACKAGE" "${check_flag[@]}" \
-    ${PACKAGE_ARGS:-} > "$WORK/make-package.log" 2>&1 || echo "!! package build or its check failed (exit $?); the warm-up decides"
-  tail -3 "$WORK/make-package.log"; echo "package build took $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
+  local check_flag=(); [ "${PACKAGE_CHECK:-1}" = 0 ] && check_flag=(--no-check)
+  # PACKAGE_ARGS: more make_models.py options (e.g. --no-channels-last, --aten searchsorted).
+  $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --pooling "$1" \
+    --out "${AOTI_PACKAGE%.pt2}.$1.pt2" "${check_flag[@]}" ${PACKAGE_ARGS:-} > "$WORK/make-package-$1.log" 2>&1 \
+    || echo "!! package build ($1) or its check failed (exit $?)"
+}
+if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
+  echo "== AOTInductor packages (tools/make_models.py --aoti --device cuda --dtype bf16), pooling: $POOLINGS"
+  t0=$(stamp)
+  builds=(); for pooling in $POOLINGS; do build_package "$pooling" & builds+=($!); done
+  wait "${builds[@]}"
+  for pooling in $POOLINGS; do tail -2 "$WORK/make-package-$pooling.log"; done | tee "$WORK/make-package.log"
+  echo "package builds took $(awk "BEGIN{printf \"%.1f\", $(stamp) - $t0}") s"
+fi
+wait $DATA_PID
+make_data "$PROFILE_ROWS" "$WORK/profile.parquet"
+sed -e "s|^path = \"[^\"]*\\.pt\"|path = \"PACKAGE\"|" "$WORK/seed-budget.toml" > "$WORK/seed-budget-package.toml"
+choose_pooling() { # each built pooling's package timed on the input's segments; the fastest becomes AOTI_PACKAGE
+  local pooling rows best="" best_ms="" total
+  for pooling in $POOLINGS; do
+    local package="${AOTI_PACKAGE%.pt2}.$pooling.pt2"; [ -s "$package" ] || continue
+    sed "s|PACKAGE|$package|" "$WORK/seed-budget-package.toml" > "$WORK/pooling.toml"; total=0
+    for rows in 16 64 256 1024; do
+      "$BIN" speed "$WORK/pooling.toml" --segments 16384 --rows $rows --batches 60 --input "$WORK/profile.parquet" \
+        --json "$RUNS/pooling-$pooling-$rows.json" > /dev/null 2>&1 || { total=inf; break; }
+      total=$($PY -c "import json,sys;print($total + json.load(open(sys.argv[1]))['speed']['batch_ms_median'])" "$RUNS/pooling-$pooling-$rows.json")
+    done
+    echo "pooling $pooling: $total ms for one batch at each of 16, 64, 256, 1024 rows" | tee -a "$RUNS/pooling.txt"
+    if [ "$total" != inf ] && { [ -z "$best" ] || $PY -c "import sys;sys.exit(not $total < $best_ms)"; }; then best=$pooling; best_ms=$total; fi
+  done
+  [ -n "$best" ] && cp "${AOTI_PACKAGE%.pt2}.$best.pt2" "$AOTI_PACKAGE" && echo "the package measured: pooling $best" | tee -a "$RUNS/pooling.txt"
+}
+if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
+  choose_pooling
+  # FALLBACK_PACKAGE is used when no build succeeded.
   if [ ! -s "$AOTI_PACKAGE" ] && [ -n "${FALLBACK_PACKAGE:-}" ]; then
     echo "!! no package built: using FALLBACK_PACKAGE $FALLBACK_PACKAGE" | tee -a "$WORK/make-package.log"
     cp "$FALLBACK_PACKAGE" "$AOTI_PACKAGE"
   fi
 fi
 has_backend aoti && [ -s "$AOTI_PACKAGE" ] && ls -la "$AOTI_PACKAGE"
-wait $DATA_PID
-make_data "$PROFILE_ROWS" "$WORK/profile.parquet"
 [ -n "$GPU_MEMORY" ] && make_data "$MEMORY_ROWS" "$WORK/memory.parquet"
 
 check_ids() { # NAME OUTPUT(dir or file) INPUT
@@ -168,6 +201,7 @@ for round in $(seq "$ROUNDS"); do
   echo "== round $round"
   for backend in $BACKENDS; do
     [ "$backend" = aoti ] && [ "$round" -gt "${AOTI_ROUNDS:-$ROUNDS}" ] && continue
+    [ "$backend" = torchscript ] && [ "$round" -gt "${TS_ROUNDS:-$ROUNDS}" ] && continue
     segpredict "$(name_of "$backend")-$round" "$backend"
   done
   baseline "careful-$round" --careful --channels-last
@@ -200,25 +234,29 @@ fi
 # The model alone through segpredict's own loader (`segpredict speed`), one
 # stream, 400 rows a batch like model_ceiling.py: for each backend at each
 # class. For the package it is the ceiling when Python's loader cannot load it.
+speed_to_ceiling() { # BACKEND OUT.json SPEED.json...: segpredict speed's measurements as model_ceiling.py's results
+  $PY - "$@" <<'PY'
+import json, sys
+backend, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+layout = "aoti" if backend == "aoti" else "channels_last"
+results = []
+for f in files:
+    m = json.load(open(f)); s = m["speed"]
+    results.append({"layout": layout, "cudnn_benchmark": False, "streams": 1, "segments": s["segments"], "rows": s["rows"],
+                    "iters": s["batches"], "data": m.get("data", "pattern"),
+                    "segments_per_s": round(s["segments_per_s"]), "device_ms_median": round(s["batch_ms_median"], 3),
+                    "device_ms_p90": round(s["batch_ms_p90"], 3), "queue_ms_median": None, "via": "segpredict speed"})
+json.dump({"results": sorted(results, key=lambda r: r["segments"])}, open(out, "w"), indent=1)
+print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']}: {r['segments_per_s']:,} segs/s" for r in results))
+PY
+}
 speed_ceiling() { # BACKEND OUT.json
   local backend=$1 out=$2 size
   for size in $CLASSES; do
     "$BIN" speed "$(config_of "$backend")" --segments "$size" --rows 400 --batches "${CEILING_ITERS:-120}" \
       --json "$RUNS/speed-$backend-$size.json" || echo "!! segpredict speed $backend $size exit $?"
   done
-  $PY - "$backend" "$out" "$RUNS"/speed-"$backend"-*.json <<'PY'
-import json, sys
-backend, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-layout = "aoti" if backend == "aoti" else "channels_last"
-results = []
-for f in files:
-    s = json.load(open(f))["speed"]
-    results.append({"layout": layout, "cudnn_benchmark": False, "streams": 1, "segments": s["segments"],
-                    "segments_per_s": round(s["segments_per_s"]), "device_ms_median": round(s["batch_ms_median"], 3),
-                    "device_ms_p90": round(s["batch_ms_p90"], 3), "queue_ms_median": None, "via": "segpredict speed"})
-json.dump({"results": sorted(results, key=lambda r: r["segments"])}, open(out, "w"), indent=1)
-print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']}: {r['segments_per_s']:,} segs/s" for r in results))
-PY
+  speed_to_ceiling "$backend" "$out" "$RUNS"/speed-"$backend"-*.json
 }
 summarise  # what a run cut short during the ceilings below still brings back
 for backend in ${SPEED_BACKENDS:-$BACKENDS}; do
@@ -227,6 +265,38 @@ done
 if has_backend aoti && [ ! -s "$RUNS/ceiling-aoti.json" ] && [ -s "$RUNS/speed-ceiling-aoti.json" ]; then
   echo "the package alone: from segpredict speed (Python's loader failed)"
   cp "$RUNS/speed-ceiling-aoti.json" "$RUNS/ceiling-aoti.json"
+fi
+sustained_merge() { # CEILING.json SUSTAINED.json: the sustained results replace the short ones at their shape
+  $PY - "$1" "$2" <<'PY'
+import json, shutil, sys
+ceiling, sustained = sys.argv[1], sys.argv[2]
+shutil.copy(ceiling, ceiling.replace(".json", "-short.json"))
+short, long = json.load(open(ceiling))["results"], json.load(open(sustained))["results"]
+for r in long:
+    r["sustained"] = True
+key = lambda r: (r["layout"], r["segments"], r["streams"], r.get("cudnn_benchmark"))
+replaced = {key(r) for r in long}
+for r in short:
+    if key(r) in replaced:
+        match = next(x for x in long if key(x) == key(r))
+        print(f"{r['layout']} {r['segments']} segments, {r['streams']} stream(s): {r['segments_per_s']:,} segs/s over "
+              f"{r.get('iters')} batches -> {match['segments_per_s']:,} over {match.get('iters')} (sustained)")
+json.dump({"results": [r for r in short if key(r) not in replaced] + long}, open(ceiling, "w"), indent=1)
+PY
+}
+SUSTAIN=${SUSTAIN:-1500}
+if [ "$SUSTAIN" -gt 0 ]; then
+  BUDGET=$(echo $CLASSES | awk '{print $NF}')
+  echo "== sustained: the model alone at $BUDGET segments, $SUSTAIN batches, on the input's own segments"
+  $PY "$HERE/model_ceiling.py" --model "$MODEL" --layouts channels_last --benchmark off --streams 1 2 \
+    --segments "$BUDGET" --iters "$SUSTAIN" --input "$WORK/input.parquet" --json "$RUNS/ceiling-sustained.json" \
+    && sustained_merge "$RUNS/ceiling.json" "$RUNS/ceiling-sustained.json"
+  if has_backend aoti && [ -s "$RUNS/ceiling-aoti.json" ]; then
+    "$BIN" speed "$(config_of aoti)" --segments "$BUDGET" --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
+      --json "$RUNS/sustained-speed-aoti.json" \
+      && speed_to_ceiling aoti "$RUNS/ceiling-aoti-sustained.json" "$RUNS/sustained-speed-aoti.json" \
+      && sustained_merge "$RUNS/ceiling-aoti.json" "$RUNS/ceiling-aoti-sustained.json"
+  fi
 fi
 
 summarise

@@ -72,10 +72,19 @@ MAKE_MODELS = Path(__file__).resolve().parent.parent.parent / "tools" / "make_mo
 N_TAG_IDS = 100
 
 
+# --input: real segments (uint8 [n, 1, 8, 8]) used instead of random bytes.
+REAL_SEGMENTS: torch.Tensor | None = None
+
+
 def inputs(segments: int, rows: int, seed: int, tags_per_row: int = 0):
     dev = torch.device("cuda")
     g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randint(0, 256, (segments, 1, 8, 8), generator=g, dtype=torch.uint8).to(dev).to(torch.bfloat16)
+    x = torch.randint(0, 256, (segments, 1, 8, 8), generator=g, dtype=torch.uint8)
+    if REAL_SEGMENTS is not None:
+        # Each seed (stream) its own stretch of the input, repeated as needed.
+        at = (torch.arange(segments) + seed * segments) % len(REAL_SEGMENTS)
+        x = REAL_SEGMENTS[at]
+    x = x.to(dev).to(torch.bfloat16)
     counts = torch.full((rows,), segments // rows, dtype=torch.int64)
     counts[-1] += segments - int(counts.sum())
     counts = counts.to(dev)
@@ -351,6 +360,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=400)
     ap.add_argument("--tags-per-row", type=int, default=0, help="tags per row (0: no tags, as the earlier ceilings)")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--input", help="time on this Parquet file's first segments (ceiling_data.py's reader), "
+                                    "not random bytes")
     ap.add_argument("--layouts", nargs="+", choices=["nchw", "channels_last"], default=["nchw", "channels_last"])
     ap.add_argument("--benchmark", nargs="+", choices=["off", "on"], default=["off", "on"])
     ap.add_argument("--streams", type=int, nargs="+", default=[1])
@@ -363,6 +374,12 @@ def main() -> None:
         return
     if bool(args.model or args.sync_free) == bool(args.aoti):
         ap.error("give one of --aoti and --model (or --sync-free)")
+    if args.input:
+        global REAL_SEGMENTS
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from ceiling_data import real_segments
+
+        REAL_SEGMENTS = real_segments(args.input, 2 * max(args.segments))
     if not torch.cuda.is_available():
         sys.exit("model_ceiling.py: CUDA is not available here (it times models on a GPU; "
                  "--summarize runs anywhere)")

@@ -117,24 +117,35 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<()> {
 }
 
 pub(super) fn speed(args: SpeedArgs) -> Result<()> {
-    let (config, _) = load_on_device(&args.pipeline, args.device)?;
+    let (mut config, _) = load_on_device(&args.pipeline, args.device)?;
+    let on_input = args.input.is_some();
+    config.apply(&Overrides {
+        input: args.input,
+        ..Overrides::default()
+    });
     let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let measured = pipeline::speed(
         &config,
         args.segments.map(to_usize),
         args.rows.map(to_usize),
         to_usize(args.batches),
+        on_input,
     )?;
     let s = &measured.speed;
     let format = format!("{:?}", measured.format).to_lowercase();
+    let data = match on_input {
+        true => format!("{}'s segments", config.readers.path.display()),
+        false => "a byte pattern".to_string(),
+    };
     println!(
-        "model alone on {} ({}, {}): {} batches of {} segments in {} rows: {:.0} segments/s; per batch {:.3} ms median, {:.3} ms p90",
+        "model alone on {} ({}, {}): {} batches of {} segments in {} rows of {}: {:.0} segments/s; per batch {:.3} ms median, {:.3} ms p90",
         measured.device,
         format,
         format!("{:?}", config.model.dtype).to_lowercase(),
         s.batches,
         s.segments,
         s.rows,
+        data,
         s.segments_per_s,
         s.batch_ms_median,
         s.batch_ms_p90
@@ -142,6 +153,7 @@ pub(super) fn speed(args: SpeedArgs) -> Result<()> {
     let json = serde_json::json!({
         "device": measured.device,
         "format": format,
+        "data": if on_input { "input" } else { "pattern" },
         "speed": s,
     });
     write_json(args.json.as_deref(), &json)

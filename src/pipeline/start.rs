@@ -6,14 +6,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use super::attempt::{run_facts, Attempt};
 use super::threads::Prepared;
 use super::{load_worker, Interrupted};
 use crate::bucketing::{default_size_classes, Bucketer};
 use crate::config::PipelineConfig;
-use crate::message::{Calibration, Row};
+use crate::message::{BatchingStrategy, Calibration, Row};
 use crate::reader::ReadPlan;
 use crate::worker::calibrate::{parse_size, CalibrationError};
 use crate::worker::{self, Worker};
@@ -44,6 +44,38 @@ fn calibrate_budget(config: &mut PipelineConfig, model: &Worker) -> Result<Calib
     config.bucketing.max_segments = calibration.max_segments;
     config.bucketing.size_classes = Some(calibration.size_classes.clone());
     Ok(calibration)
+}
+
+/// A model file that bounds the segments a batch may hold (a CUDA package
+/// exported with a bound: past it, its kernels' 32-bit indices overflow, an
+/// illegal memory access on the H200) refuses a budget over the bound, and
+/// the `rows` strategy, which bounds no batch's segments; a calibrated
+/// budget stays under it on its own.
+pub(super) fn check_model_bound(config: &PipelineConfig, model: &Worker) -> Result<()> {
+    let Some(limit) = model.max_segments() else {
+        return Ok(());
+    };
+    match over_the_bound(config, limit) {
+        Some(why) => bail!(
+            "{} takes at most {limit} segments a batch (the bound it was exported with); {why}",
+            config.model.path.display()
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Why `config`'s batches could exceed `limit` segments, if they could.
+fn over_the_bound(config: &PipelineConfig, limit: usize) -> Option<String> {
+    let budget = config.bucketing.max_segments;
+    match config.bucketing.strategy {
+        BatchingStrategy::SegmentBudget if config.auto_budget || budget <= limit => None,
+        BatchingStrategy::SegmentBudget => Some(format!(
+            "[bucketing] max_segments is {budget}: set it to {limit} or less"
+        )),
+        BatchingStrategy::Rows => Some(
+            "the rows strategy does not keep to it: use strategy = \"segment_budget\"".into(),
+        ),
+    }
 }
 
 /// The device-memory target `max_segments = "auto"` calibrates for, in bytes.
@@ -94,6 +126,7 @@ pub(super) fn prepare_model(
     stop_if_cancelled(cancel)?;
     let mut config = config.clone();
     config.bucketing.settle_for_device(model.device().is_cuda());
+    check_model_bound(&config, &model)?;
     let (calibration, warm_up) = prepare_device(&mut config, &model, cancel)?;
     let (layout, resumed, shard_rows, _) = attempt;
     tracing::info!(files = plan.sources.len(), rows = shard_rows,
@@ -129,4 +162,30 @@ fn warm_size_classes(config: &PipelineConfig, model: &Worker) -> Result<Option<D
         "warmed the size classes"
     );
     Ok(Some(took))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(strategy: &str, max_segments: &str) -> PipelineConfig {
+        PipelineConfig::parse(&format!(
+            "[readers]\npath = \"in.parquet\"\n[readers.columns]\nid = \"id\"\n\
+             segments = {{ name = \"segments\", shape = [1, 8, 8] }}\n\
+             [bucketing]\nstrategy = \"{strategy}\"\nmax_segments = {max_segments}\ngpu_memory = \"6GiB\"\n\
+             [model]\npath = \"m.pt2\"\nlabels = \"l.txt\"\n[writers]\ndir = \"out\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_budget_over_a_packages_bound_is_refused_and_one_within_it_kept() {
+        assert_eq!(over_the_bound(&config("segment_budget", "65536"), 65536), None);
+        let why = over_the_bound(&config("segment_budget", "70000"), 65536).unwrap();
+        assert!(why.contains("max_segments is 70000") && why.contains("65536"), "{why}");
+        // A calibrated budget is kept under the bound by calibration itself.
+        assert_eq!(over_the_bound(&config("segment_budget", "\"auto\""), 65536), None);
+        let why = over_the_bound(&config("rows", "4096"), 65536).unwrap();
+        assert!(why.contains("rows strategy"), "{why}");
+    }
 }

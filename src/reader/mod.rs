@@ -187,6 +187,43 @@ pub fn run_reader(
     Ok(stats)
 }
 
+/// The segment bytes of the input's first rows, in file order, until
+/// `n_segments` segments' worth (less when the input has fewer): `segpredict
+/// speed --input` times the model on real data, as the run will see it,
+/// instead of a byte pattern. Rows the decoder rejects are left out.
+pub fn leading_segments(config: &ReaderConfig, n_segments: usize) -> Result<Vec<u8>, ReaderError> {
+    let plan = config.plan()?;
+    let pool = config.decode_pool()?;
+    let units = UnitQueue::new(&plan);
+    let want = n_segments.saturating_mul(config.columns.segments.segment_bytes());
+    let cancel = AtomicBool::new(false);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::scope(|scope| {
+        // One reader, so the rows come in file order.
+        let reader = scope.spawn(|| run_reader(config, &plan, &pool, &units, tx, &cancel));
+        let mut bytes = Vec::with_capacity(want);
+        for chunk in rx.iter() {
+            chunk
+                .rows
+                .iter()
+                .for_each(|row| bytes.extend_from_slice(&row.segments));
+            if bytes.len() >= want {
+                break;
+            }
+        }
+        // Ends the reader: its next send fails.
+        cancel.store(true, Ordering::Relaxed);
+        drop(rx);
+        let read = reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read.map(|_| {
+            bytes.truncate(want);
+            bytes
+        })
+    })
+}
+
 /// Returns false when the downstream stage has gone (the run is ending).
 fn read_unit(
     config: &ReaderConfig,

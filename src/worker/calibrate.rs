@@ -98,12 +98,12 @@ pub fn budget_for_target(fit: &LinearFit, target_bytes: u64) -> usize {
     (raw / BUDGET_QUANTUM * BUDGET_QUANTUM).max(BUDGET_QUANTUM)
 }
 
-/// The segment totals measured: doubling from 256 while the fit so far
-/// predicts the next one under about twice the target.
-fn next_total(points: &[CalibrationPoint], target_bytes: u64) -> Option<usize> {
+/// The segment totals measured: doubling from 256, up to `limit`, while the
+/// fit so far predicts the next one under about twice the target.
+fn next_total(points: &[CalibrationPoint], target_bytes: u64, limit: usize) -> Option<usize> {
     let last = points.last().map_or(128, |p| p.segments);
     let next = last * 2;
-    if next > MAX_TRIED_SEGMENTS {
+    if next > limit {
         return None;
     }
     let over = points
@@ -126,8 +126,12 @@ impl Worker {
             .ok_or(WorkerError::Calibration(CalibrationError::NotCuda))?;
         let inputs = &self.inputs;
         let _no_grad = tch::no_grad_guard();
+        // A model bounded below the largest total tried is never run past it.
+        let limit = self
+            .max_segments()
+            .map_or(MAX_TRIED_SEGMENTS, |m| m.min(MAX_TRIED_SEGMENTS));
         let mut points = Vec::new();
-        while let Some(total) = next_total(&points, target_bytes) {
+        while let Some(total) = next_total(&points, target_bytes, limit) {
             match self.measure(inputs, total, cuda_index)? {
                 Some(point) => points.push(point),
                 None => break,
@@ -151,7 +155,7 @@ impl Worker {
         let fit_points = if upper.len() >= 2 { &upper } else { &points };
         let fit = fit_line(fit_points).map_err(WorkerError::Calibration)?;
         let (max_segments, measured) = self.fit_budget(
-            budget_for_target(&fit, target_bytes),
+            budget_for_target(&fit, target_bytes).min(limit),
             target_bytes,
             cuda_index,
         )?;
@@ -355,8 +359,16 @@ mod tests {
     #[test]
     fn measured_totals_double_until_past_the_target() {
         let target = 1u64 << 30;
-        assert_eq!(next_total(&[], target), Some(256));
-        assert_eq!(next_total(&[point(256, 100)], target), Some(512));
-        assert_eq!(next_total(&[point(8192, 2000)], target), None);
+        let all = MAX_TRIED_SEGMENTS;
+        assert_eq!(next_total(&[], target, all), Some(256));
+        assert_eq!(next_total(&[point(256, 100)], target, all), Some(512));
+        assert_eq!(next_total(&[point(8192, 2000)], target, all), None);
+    }
+
+    #[test]
+    fn measured_totals_stop_at_the_models_bound() {
+        let target = 1u64 << 40;
+        assert_eq!(next_total(&[point(32768, 100)], target, 65536), Some(65536));
+        assert_eq!(next_total(&[point(65536, 200)], target, 65536), None);
     }
 }

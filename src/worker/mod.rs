@@ -27,8 +27,7 @@ use tch::{Device, Kind};
 
 pub use backend::ModelFormat;
 pub use device::{
-    choose_device, configure_allocator, cuda_device_count, device_name, prime_device,
-    set_cudnn_benchmark,
+    choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
 };
 use model::Model;
 use split::{reject_rows, split_in_half, unpadded, Split};
@@ -311,17 +310,7 @@ impl Worker {
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let loading = Instant::now();
-        // TorchScript only: loading a package runs it once with its input
-        // checks switched on through the environment, which C++ code on a
-        // second thread could be reading (and that run initialises the
-        // libraries anyway).
-        let prime = device.is_cuda() && backend::is_torchscript(config);
-        let mut model = std::thread::scope(|scope| {
-            if prime {
-                scope.spawn(|| prime_device(device, config.dtype.kind()));
-            }
-            Model::load(config, device, &inputs, labels.len())
-        })?;
+        let mut model = Model::load(config, device, &inputs, labels.len())?;
         tracing::debug!(seconds = loading.elapsed().as_secs_f64(), "model loaded");
         if device.is_cuda() {
             // Before the feeding threads start, so they keep off its core
@@ -645,6 +634,12 @@ impl Worker {
     /// Whether cuDNN's benchmark mode is on.
     pub fn cudnn_benchmark(&self) -> bool {
         self.cudnn_benchmark
+    }
+
+    /// The most segments a batch may hold, when the model file bounds it
+    /// (a CUDA package exported with a bound).
+    pub fn max_segments(&self) -> Option<usize> {
+        self.model.max_segments()
     }
 
     /// How the model file was exported: `TorchScript` or `Aoti`.

@@ -83,6 +83,11 @@ impl Model {
         self.backend.format()
     }
 
+    /// The most segments a batch may hold, when the model file bounds it.
+    pub fn max_segments(&self) -> Option<usize> {
+        self.backend.max_segments()
+    }
+
     /// Whether the backend can re-lay its weights channels-last.
     pub fn supports_channels_last(&self) -> bool {
         self.backend.supports_channels_last()

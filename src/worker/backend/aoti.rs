@@ -186,6 +186,12 @@ impl PackageMetadata {
         self.get("AOTI_DEVICE_KEY")
     }
 
+    /// The most segments a batch may hold, as tools/make_models.py records
+    /// it for a CUDA package (its export's upper bound on the segments).
+    pub fn max_segments(&self) -> Option<usize> {
+        self.get("segpredict.max_segments")?.trim().parse().ok()
+    }
+
     /// The dtype the package takes, when it was recorded (see [`DTYPE_KEY`]).
     pub fn dtype(&self) -> Option<&str> {
         self.get(DTYPE_KEY)
@@ -210,6 +216,8 @@ pub struct AotiPackage {
     path: PathBuf,
     device: Device,
     kind: Kind,
+    /// `segpredict.max_segments` in the package's metadata.
+    max_segments: Option<usize>,
 }
 
 // SAFETY: the loader is a plain heap object with no thread affinity: it is
@@ -221,7 +229,9 @@ unsafe impl Send for AotiPackage {}
 impl AotiPackage {
     /// Checks the package against the run (device type, CPU instruction
     /// set, settings) and against the pipeline's inputs (see
-    /// [`check_inputs`]), then loads it on `device`.
+    /// [`check_inputs`]), then loads it on `device`. Call it inside
+    /// [`with_input_checks`]: the checking copy's first run must see them on,
+    /// the running copy's (after this returns) must not.
     pub fn load(
         path: &Path,
         device: Device,
@@ -236,14 +246,23 @@ impl AotiPackage {
             check_cpu_isa(path, &metadata, &host_cpu_flags())?;
         }
         let kind = package_kind(path, &metadata, settings)?;
+        let max_segments = metadata.max_segments();
         let package = |handle| Self {
             handle,
             path: path.to_path_buf(),
             device,
             kind,
+            max_segments,
         };
-        let checking = with_input_checks(|| load_package(path, device))?;
+        let started = std::time::Instant::now();
+        let checking = load_package(path, device)?;
+        let loaded = started.elapsed().as_secs_f64();
         check_inputs(&package(checking), inputs, n_labels)?;
+        tracing::debug!(
+            load_s = loaded,
+            check_s = started.elapsed().as_secs_f64() - loaded,
+            "package: the checking copy loaded and run"
+        );
         tracing::info!(
             path = %path.display(),
             device = metadata.device_key().unwrap_or(""),
@@ -254,7 +273,13 @@ impl AotiPackage {
         if device.is_cuda() {
             warn_of_generated_scans(path);
         }
-        Ok(package(load_package(path, device)?))
+        let started = std::time::Instant::now();
+        let running = package(load_package(path, device)?);
+        tracing::debug!(
+            seconds = started.elapsed().as_secs_f64(),
+            "package: the running copy loaded"
+        );
+        Ok(running)
     }
 
     /// `(segments, segment_counts, *extras)`, on the package's device, in
@@ -295,6 +320,10 @@ impl ModelBackend for AotiPackage {
 
     fn format(&self) -> ModelFormat {
         ModelFormat::Aoti
+    }
+
+    fn max_segments(&self) -> Option<usize> {
+        self.max_segments
     }
 
     fn input_kind(&self) -> Option<Kind> {
@@ -364,7 +393,7 @@ fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Res
     let probe = || -> Result<(), ProbeError> {
         let _no_grad = tch::no_grad_guard();
         let inputs = probe_inputs(spec, package.device, package.kind)?;
-        let logits = with_input_checks(|| package.run(&inputs))?;
+        let logits = package.run(&inputs)?;
         let size = logits.size();
         if size != [PROBE_ROWS, n_labels as i64] {
             return Err(ProbeError::Shape {
@@ -582,10 +611,11 @@ fn dtype_kind(dtype: ModelDtype) -> Kind {
 /// compiled code, which reads the variable once). Without them a wrong
 /// dtype is read as garbage; with them it is an error naming the input. But
 /// they also refuse any dynamic size below 2 (one row, no tags), which
-/// batches have: so only the start-up check's copy runs with them. Runs at
-/// start-up, while no other thread runs libtorch: the readers only read
-/// Parquet, and the device is primed for TorchScript models alone.
-fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
+/// batches have: so only the start-up check's copy runs with them.
+/// [`AotiPackage::load`] runs inside this. Call it while no other thread
+/// reads the environment: at start-up the readers only read Parquet, and
+/// the device is primed for TorchScript models alone.
+pub(super) fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
     const VAR: &str = "AOTI_RUNTIME_CHECK_INPUTS";
     let previous = std::env::var_os(VAR);
     std::env::set_var(VAR, "1");
@@ -725,6 +755,22 @@ mod tests {
         assert_eq!(metadata.device_key(), Some("cpu"));
         assert_eq!(metadata.dtype(), Some("f32"));
         assert!(metadata.get("AOTI_CPU_ISA").is_some());
+    }
+
+    #[test]
+    fn a_packages_segment_bound_is_read_from_its_metadata() {
+        assert_eq!(
+            metadata(&[("segpredict.max_segments", "65536")]).max_segments(),
+            Some(65536)
+        );
+        assert_eq!(
+            metadata(&[("segpredict.dtype", "bf16")]).max_segments(),
+            None
+        );
+        assert_eq!(
+            metadata(&[("segpredict.max_segments", "many")]).max_segments(),
+            None
+        );
     }
 
     #[test]
