@@ -72,9 +72,9 @@ fn over_the_bound(config: &PipelineConfig, limit: usize) -> Option<String> {
         BatchingStrategy::SegmentBudget => Some(format!(
             "[bucketing] max_segments is {budget}: set it to {limit} or less"
         )),
-        BatchingStrategy::Rows => Some(
-            "the rows strategy does not keep to it: use strategy = \"segment_budget\"".into(),
-        ),
+        BatchingStrategy::Rows => {
+            Some("the rows strategy does not keep to it: use strategy = \"segment_budget\"".into())
+        }
     }
 }
 
@@ -180,11 +180,20 @@ mod tests {
 
     #[test]
     fn a_budget_over_a_packages_bound_is_refused_and_one_within_it_kept() {
-        assert_eq!(over_the_bound(&config("segment_budget", "65536"), 65536), None);
+        assert_eq!(
+            over_the_bound(&config("segment_budget", "65536"), 65536),
+            None
+        );
         let why = over_the_bound(&config("segment_budget", "70000"), 65536).unwrap();
-        assert!(why.contains("max_segments is 70000") && why.contains("65536"), "{why}");
+        assert!(
+            why.contains("max_segments is 70000") && why.contains("65536"),
+            "{why}"
+        );
         // A calibrated budget is kept under the bound by calibration itself.
-        assert_eq!(over_the_bound(&config("segment_budget", "\"auto\""), 65536), None);
+        assert_eq!(
+            over_the_bound(&config("segment_budget", "\"auto\""), 65536),
+            None
+        );
         let why = over_the_bound(&config("rows", "4096"), 65536).unwrap();
         assert!(why.contains("rows strategy"), "{why}");
     }
