@@ -76,10 +76,11 @@ pub fn speed(
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
     if let Some(limit) = model.max_segments().filter(|&limit| segments > limit) {
-        bail!(
+        return Err(crate::exit::Permanent(anyhow::anyhow!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); asked for {segments}",
             config.model.path.display()
-        );
+        ))
+        .into());
     }
     let data = match on_input {
         true => Some(input_segments(config, segments)?),

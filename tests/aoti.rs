@@ -216,3 +216,73 @@ fn format_contradicting_the_file_is_one_line_naming_both() {
         "{line}"
     );
 }
+
+/// A copy of the committed package whose metadata records
+/// `segpredict.max_segments = bound` (as tools/make_models.py records it for
+/// CUDA packages; the CPU package itself has no bound).
+fn package_bounded_at(dir: &Path, bound: usize) -> PathBuf {
+    let source = std::fs::File::open(package()).unwrap();
+    let mut archive = zip::ZipArchive::new(source).unwrap();
+    let path = dir.join("bounded.pt2");
+    let mut out = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let stored =
+        zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let mut bounded = 0;
+    for i in 0..archive.len() {
+        let mut entry = archive.by_index(i).unwrap();
+        let name = entry.name().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        if name.ends_with("wrapper_metadata.json") {
+            let mut metadata: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            metadata["segpredict.max_segments"] = bound.to_string().into();
+            bytes = serde_json::to_vec(&metadata).unwrap();
+            bounded += 1;
+        }
+        out.start_file(name, stored).unwrap();
+        std::io::Write::write_all(&mut out, &bytes).unwrap();
+    }
+    out.finish().unwrap();
+    assert_eq!(bounded, 1, "the package has one wrapper metadata file");
+    path
+}
+
+/// A package's recorded bound is kept: a budget over it is refused at
+/// start-up, naming the file and the bound; under it, a row holding more
+/// segments than the bound is rejected with that reason, and every other
+/// row is predicted as the TorchScript model predicts it.
+#[test]
+fn a_packages_segment_bound_is_kept() {
+    const BOUND: usize = 1024;
+    let dir = tmp();
+    let bounded = package_bounded_at(dir.path(), BOUND);
+    let line = refused(dir.path(), &bounded, |p| p.max_segments = 2 * BOUND, &[]);
+    assert!(
+        line.contains("at most 1024 segments") && line.contains("max_segments is 2048"),
+        "{line}"
+    );
+
+    let input = read_input(&sample());
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.model = bounded;
+    pipeline.max_segments = BOUND;
+    let run = run_with_rejects(&pipeline, &input);
+    let over: Vec<_> = input
+        .iter()
+        .filter(|r| r.n_segments.unwrap() > BOUND)
+        .collect();
+    assert!(
+        !over.is_empty(),
+        "the sample has rows over {BOUND} segments"
+    );
+    assert_eq!(run.rejects.len(), over.len(), "{:?}", run.rejects);
+    for reject in &run.rejects {
+        let row = &input[reject.source_row as usize];
+        assert!(row.n_segments.unwrap() > BOUND, "{reject:?}");
+        assert!(
+            reject.reason.contains("segpredict.max_segments"),
+            "{reject:?}"
+        );
+    }
+    assert_same_predictions_as_baseline(&run.output);
+}

@@ -6,13 +6,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, Result};
 
 use super::attempt::{run_facts, Attempt};
 use super::threads::Prepared;
 use super::{load_worker, Interrupted};
 use crate::bucketing::{default_size_classes, Bucketer};
 use crate::config::PipelineConfig;
+use crate::exit::Permanent;
 use crate::message::{BatchingStrategy, Calibration, Row};
 use crate::reader::ReadPlan;
 use crate::worker::calibrate::{parse_size, CalibrationError};
@@ -56,10 +57,12 @@ pub(super) fn check_model_bound(config: &PipelineConfig, model: &Worker) -> Resu
         return Ok(());
     };
     match over_the_bound(config, limit) {
-        Some(why) => bail!(
+        // A setting to change, not a failure a retry could get past.
+        Some(why) => Err(Permanent(anyhow!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); {why}",
             config.model.path.display()
-        ),
+        ))
+        .into()),
         None => Ok(()),
     }
 }

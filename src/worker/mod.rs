@@ -614,6 +614,15 @@ impl Worker {
     }
 
     fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {
+        if let Some(limit) = self.max_segments().filter(|&m| batch.padded_segments > m) {
+            // Never past a package's bound (its kernels' indices would
+            // overflow): a batch over it is split like one the model failed
+            // on, and a row over it alone is rejected with this reason.
+            return Err(TorchError::Failed(tch::TchError::Torch(format!(
+                "{} segments, more than the {limit} this package was exported to take (segpredict.max_segments)",
+                batch.padded_segments
+            ))));
+        }
         if let Some(limit) = self.fault_oom_above {
             if batch.padded_segments > limit {
                 // Classified like a real one: through `TorchError::from`.
