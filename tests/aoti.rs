@@ -258,7 +258,7 @@ fn a_packages_segment_bound_is_kept() {
     let bounded = package_bounded_at(dir.path(), BOUND);
     let line = refused(dir.path(), &bounded, |p| p.max_segments = 2 * BOUND, &[]);
     assert!(
-        line.contains("at most 1024 segments") && line.contains("max_segments is 2048"),
+        line.contains("at most 1024 segments") && line.contains("is 2048"),
         "{line}"
     );
 

@@ -84,7 +84,7 @@ build_package() { # POOLING: AOTI_PACKAGE's sibling for that pooling
   # PACKAGE_ARGS: more make_models.py options (e.g. --no-channels-last, --aten searchsorted).
   $PY -X faulthandler "$MAKE_MODELS" --aoti --only digits-seed --device cuda --dtype bf16 --pooling "$1" \
     --out "${AOTI_PACKAGE%.pt2}.$1.pt2" "${check_flag[@]}" ${PACKAGE_ARGS:-} > "$WORK/make-package-$1.log" 2>&1 \
-    || echo "!! package build ($1) or its check failed (exit $?)"
+    || { echo "!! package build ($1) or its check failed (exit $?): not a candidate"; rm -f "${AOTI_PACKAGE%.pt2}.$1.pt2"; }
 }
 if has_backend aoti && [ ! -s "$AOTI_PACKAGE" ]; then
   echo "== AOTInductor packages (tools/make_models.py --aoti --device cuda --dtype bf16), pooling: $POOLINGS"
@@ -274,11 +274,13 @@ shutil.copy(ceiling, ceiling.replace(".json", "-short.json"))
 short, long = json.load(open(ceiling))["results"], json.load(open(sustained))["results"]
 for r in long:
     r["sustained"] = True
-key = lambda r: (r["layout"], r["segments"], r["streams"], r.get("cudnn_benchmark"))
+# Every short result at a sustained shape goes, whatever its streams: the best of them would
+# otherwise stand in for the sustained ceiling.
+key = lambda r: (r["layout"], r["segments"], r.get("cudnn_benchmark"))
 replaced = {key(r) for r in long}
 for r in short:
     if key(r) in replaced:
-        match = next(x for x in long if key(x) == key(r))
+        match = next((x for x in long if key(x) == key(r) and x["streams"] == r["streams"]), long[0])
         print(f"{r['layout']} {r['segments']} segments, {r['streams']} stream(s): {r['segments_per_s']:,} segs/s over "
               f"{r.get('iters')} batches -> {match['segments_per_s']:,} over {match.get('iters')} (sustained)")
 json.dump({"results": [r for r in short if key(r) not in replaced] + long}, open(ceiling, "w"), indent=1)

@@ -73,7 +73,7 @@ fn over_the_bound(config: &PipelineConfig, limit: usize) -> Option<String> {
     match config.bucketing.strategy {
         BatchingStrategy::SegmentBudget if config.auto_budget || budget <= limit => None,
         BatchingStrategy::SegmentBudget => Some(format!(
-            "[bucketing] max_segments is {budget}: set it to {limit} or less"
+            "max_segments ([bucketing] or --max-segments) is {budget}: set it to {limit} or less"
         )),
         BatchingStrategy::Rows => {
             Some("the rows strategy does not keep to it: use strategy = \"segment_budget\"".into())
@@ -188,10 +188,7 @@ mod tests {
             None
         );
         let why = over_the_bound(&config("segment_budget", "70000"), 65536).unwrap();
-        assert!(
-            why.contains("max_segments is 70000") && why.contains("65536"),
-            "{why}"
-        );
+        assert!(why.contains("is 70000") && why.contains("65536"), "{why}");
         // A calibrated budget is kept under the bound by calibration itself.
         assert_eq!(
             over_the_bound(&config("segment_budget", "\"auto\""), 65536),

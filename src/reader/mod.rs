@@ -217,10 +217,14 @@ pub fn leading_segments(config: &ReaderConfig, n_segments: usize) -> Result<Vec<
         let read = reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        read.map(|_| {
-            bytes.truncate(want);
-            bytes
-        })
+        // An error past what was wanted (the reader a chunk ahead) costs nothing.
+        match read {
+            Err(error) if bytes.len() < want => Err(error),
+            _ => {
+                bytes.truncate(want);
+                Ok(bytes)
+            }
+        }
     })
 }
 

@@ -127,9 +127,9 @@ impl Worker {
         let inputs = &self.inputs;
         let _no_grad = tch::no_grad_guard();
         // A model bounded below the largest total tried is never run past it.
-        let limit = self
-            .max_segments()
-            .map_or(MAX_TRIED_SEGMENTS, |m| m.min(MAX_TRIED_SEGMENTS));
+        let limit = self.max_segments().map_or(MAX_TRIED_SEGMENTS, |m| {
+            (m.min(MAX_TRIED_SEGMENTS) / BUDGET_QUANTUM * BUDGET_QUANTUM).max(BUDGET_QUANTUM)
+        });
         let mut points = Vec::new();
         while let Some(total) = next_total(&points, target_bytes, limit) {
             match self.measure(inputs, total, cuda_index)? {

@@ -229,9 +229,7 @@ unsafe impl Send for AotiPackage {}
 impl AotiPackage {
     /// Checks the package against the run (device type, CPU instruction
     /// set, settings) and against the pipeline's inputs (see
-    /// [`check_inputs`]), then loads it on `device`. Call it inside
-    /// [`with_input_checks`]: the checking copy's first run must see them on,
-    /// the running copy's (after this returns) must not.
+    /// [`check_inputs`]), then loads it on `device`.
     pub fn load(
         path: &Path,
         device: Device,
@@ -255,7 +253,7 @@ impl AotiPackage {
             max_segments,
         };
         let started = std::time::Instant::now();
-        let checking = load_package(path, device)?;
+        let checking = with_input_checks(|| load_package(path, device))?;
         let loaded = started.elapsed().as_secs_f64();
         check_inputs(&package(checking), inputs, n_labels)?;
         tracing::debug!(
@@ -393,7 +391,7 @@ fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Res
     let probe = || -> Result<(), ProbeError> {
         let _no_grad = tch::no_grad_guard();
         let inputs = probe_inputs(spec, package.device, package.kind)?;
-        let logits = package.run(&inputs)?;
+        let logits = with_input_checks(|| package.run(&inputs))?;
         let size = logits.size();
         if size != [PROBE_ROWS, n_labels as i64] {
             return Err(ProbeError::Shape {
@@ -611,11 +609,10 @@ fn dtype_kind(dtype: ModelDtype) -> Kind {
 /// compiled code, which reads the variable once). Without them a wrong
 /// dtype is read as garbage; with them it is an error naming the input. But
 /// they also refuse any dynamic size below 2 (one row, no tags), which
-/// batches have: so only the start-up check's copy runs with them.
-/// [`AotiPackage::load`] runs inside this. Call it while no other thread
-/// reads the environment: at start-up the readers only read Parquet, and
-/// the device is primed for TorchScript models alone.
-pub(super) fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
+/// batches have: so only the start-up check's copy runs with them. Runs at
+/// start-up, while no other thread runs libtorch: the readers only read
+/// Parquet, and the device is primed for TorchScript models alone.
+fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
     const VAR: &str = "AOTI_RUNTIME_CHECK_INPUTS";
     let previous = std::env::var_os(VAR);
     std::env::set_var(VAR, "1");

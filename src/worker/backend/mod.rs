@@ -101,12 +101,11 @@ pub fn load_backend(
                 dtype: config.dtype,
                 jit_profiling: config.jit_profiling,
             };
-            // Not primed: the package's first (checking) run initialises the
-            // libraries itself, and whether priming beside its load pays was
-            // not measured apart from the machine's own start-up noise.
-            let package = aoti::with_input_checks(|| {
-                AotiPackage::load(&config.path, device, settings, inputs, n_labels)
-            })?;
+            // Not primed: loading a package runs it once with its input
+            // checks switched on through the environment, which C++ code on
+            // a second thread could be reading (and that run initialises the
+            // libraries anyway).
+            let package = AotiPackage::load(&config.path, device, settings, inputs, n_labels)?;
             Ok(Box::new(package))
         }
     }
