@@ -142,6 +142,8 @@ pub enum AotiError {
         isa: String,
         missing: String,
     },
+    #[error("model {path}: its metadata's segpredict.max_segments is {value:?}, not a number of segments")]
+    BadBound { path: PathBuf, value: String },
     #[error("model {path}: {setting} (an AOTInductor package fixes this when it is compiled)")]
     Setting { path: PathBuf, setting: String },
     #[error("cannot load AOTInductor package {path}")]
@@ -187,9 +189,15 @@ impl PackageMetadata {
     }
 
     /// The most segments a batch may hold, as tools/make_models.py records
-    /// it for a CUDA package (its export's upper bound on the segments).
-    pub fn max_segments(&self) -> Option<usize> {
-        self.get("segpredict.max_segments")?.trim().parse().ok()
+    /// it for a CUDA package (its export's upper bound on the segments):
+    /// `Some(Err(value))` for a value that is not a positive number, which
+    /// must not be taken for "no bound".
+    pub fn max_segments(&self) -> Option<Result<usize, &str>> {
+        let value = self.get("segpredict.max_segments")?;
+        Some(match value.trim().parse::<usize>() {
+            Ok(bound) if bound > 0 => Ok(bound),
+            _ => Err(value),
+        })
     }
 
     /// The dtype the package takes, when it was recorded (see [`DTYPE_KEY`]).
@@ -244,7 +252,14 @@ impl AotiPackage {
             check_cpu_isa(path, &metadata, &host_cpu_flags())?;
         }
         let kind = package_kind(path, &metadata, settings)?;
-        let max_segments = metadata.max_segments();
+        let max_segments =
+            metadata
+                .max_segments()
+                .transpose()
+                .map_err(|value| AotiError::BadBound {
+                    path: path.to_path_buf(),
+                    value: value.to_string(),
+                })?;
         let package = |handle| Self {
             handle,
             path: path.to_path_buf(),
@@ -756,16 +771,15 @@ mod tests {
 
     #[test]
     fn a_packages_segment_bound_is_read_from_its_metadata() {
-        assert_eq!(
-            metadata(&[("segpredict.max_segments", "65536")]).max_segments(),
-            Some(65536)
-        );
+        let bounds = |value: &str| {
+            let metadata = metadata(&[("segpredict.max_segments", value)]);
+            metadata.max_segments().map(|b| b.map_err(str::to_string))
+        };
+        assert_eq!(bounds("65536"), Some(Ok(65536)));
+        assert_eq!(bounds("many"), Some(Err("many".into())));
+        assert_eq!(bounds("0"), Some(Err("0".into())));
         assert_eq!(
             metadata(&[("segpredict.dtype", "bf16")]).max_segments(),
-            None
-        );
-        assert_eq!(
-            metadata(&[("segpredict.max_segments", "many")]).max_segments(),
             None
         );
     }
