@@ -288,3 +288,55 @@ fn read_unit(
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow::array::{Array, FixedSizeBinaryArray, ListArray};
+
+    use super::*;
+
+    fn sample() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_data/digits.parquet")
+    }
+
+    fn sample_readers() -> ReaderConfig {
+        let text = format!(
+            "[readers]\npath = {:?}\n[readers.columns]\nid = \"id\"\n\
+             segments = {{ name = \"segments\", dtype = \"u8\", shape = [1, 8, 8] }}\n\
+             [model]\npath = \"m.pt\"\nlabels = \"l.txt\"\n[writers]\ndir = \"out\"\n",
+            sample().display().to_string()
+        );
+        crate::config::PipelineConfig::parse(&text).unwrap().readers
+    }
+
+    /// The sample's segment bytes as Parquet holds them, in file order.
+    fn sample_segment_bytes() -> Vec<u8> {
+        let reader = open_builder(&sample()).unwrap().build().unwrap();
+        let mut bytes = Vec::new();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("segments").unwrap();
+            let list = column.as_any().downcast_ref::<ListArray>().unwrap();
+            let items = list
+                .values()
+                .as_any()
+                .downcast_ref::<FixedSizeBinaryArray>()
+                .unwrap();
+            let (first, last) = (list.value_offsets()[0], list.value_offsets()[list.len()]);
+            bytes.extend_from_slice(&items.value_data()[first as usize * 64..last as usize * 64]);
+        }
+        bytes
+    }
+
+    #[test]
+    fn leading_segments_are_the_inputs_own_in_file_order() {
+        let all = sample_segment_bytes();
+        let first = leading_segments(&sample_readers(), 100).unwrap();
+        assert_eq!(first, all[..100 * 64]);
+        // More than the input holds: all of it, and the reader ends.
+        let everything = leading_segments(&sample_readers(), all.len()).unwrap();
+        assert_eq!(everything, all);
+    }
+}
