@@ -279,6 +279,7 @@ fn a_packages_segment_bound_is_kept() {
     for reject in &run.rejects {
         let row = &input[reject.source_row as usize];
         assert!(row.n_segments.unwrap() > BOUND, "{reject:?}");
+        assert_eq!(reject.kind, "too_many_segments", "{reject:?}");
         assert!(
             reject.reason.contains("segpredict.max_segments"),
             "{reject:?}"

@@ -511,6 +511,9 @@ impl Worker {
         budget: &AtomicUsize,
         report: &mut WorkerReport,
     ) -> Result<bool, WorkerError> {
+        if let Some(limit) = self.over_the_bound(&batch) {
+            return self.keep_to_the_bound(batch, limit, split_depth, out, budget, report);
+        }
         if self.oom_recovery && error.is_out_of_memory() {
             report.oom_events += 1;
             return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
@@ -530,6 +533,38 @@ impl Worker {
     /// like an out-of-memory one, until the row(s) that fail alone are
     /// found; they are rejected with the model's own message, the rest is
     /// predicted.
+    /// A batch over the package's bound (which `forward` refuses to run) is
+    /// split in halves until each fits; a row over it alone is rejected as
+    /// `too_many_segments`.
+    fn keep_to_the_bound(
+        &self,
+        batch: Batch,
+        limit: usize,
+        split_depth: u32,
+        out: &Sender<WriterMsg>,
+        budget: &AtomicUsize,
+        report: &mut WorkerReport,
+    ) -> Result<bool, WorkerError> {
+        match split_in_half(batch) {
+            Split::Halves(first, second) => {
+                self.run_halves([first, second], split_depth, out, budget, report)
+            }
+            Split::Lone(lone) => {
+                let reason = format!(
+                    "{} segments, more than the {limit} a batch this model takes (its package's segpredict.max_segments)",
+                    lone.n_segments
+                );
+                Ok(reject_rows(lone, RejectKind::TooManySegments, &reason, out))
+            }
+        }
+    }
+
+    /// The model's bound, when `batch` is over it.
+    fn over_the_bound(&self, batch: &Batch) -> Option<usize> {
+        self.max_segments()
+            .filter(|&limit| batch.padded_segments > limit)
+    }
+
     fn isolate_failing_rows(
         &self,
         batch: Batch,
@@ -614,10 +649,9 @@ impl Worker {
     }
 
     fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {
-        if let Some(limit) = self.max_segments().filter(|&m| batch.padded_segments > m) {
+        if let Some(limit) = self.over_the_bound(batch) {
             // Never past a package's bound (its kernels' indices would
-            // overflow): a batch over it is split like one the model failed
-            // on, and a row over it alone is rejected with this reason.
+            // overflow): `recover` splits the batch to fit it.
             return Err(TorchError::Failed(tch::TchError::Torch(format!(
                 "{} segments, more than the {limit} this package was exported to take (segpredict.max_segments)",
                 batch.padded_segments
