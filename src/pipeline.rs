@@ -184,6 +184,10 @@ pub fn run(
         Ok(started) => started,
         Err(end) => return Ok(end),
     };
+    tracing::debug!(
+        seconds = started.elapsed().as_secs_f64(),
+        "planned the read and began the attempt"
+    );
     if worker::choose_device(&config.model.device)?.is_cuda() {
         // Before the readers start, so they keep off the worker's core.
         crate::cpu::reserve_core_for_worker();
