@@ -286,6 +286,9 @@ impl AotiPackage {
         if device.is_cuda() {
             warn_of_generated_scans(path);
         }
+        // After the check, not beside it: AOTInductor's loader crashed
+        // (SIGSEGV) when two loads ran at once on the H200, and this second
+        // load takes 6-10 ms (benches/gpu/RESULTS.md, session 7).
         let started = std::time::Instant::now();
         let running = package(load_package(path, device)?);
         tracing::debug!(
