@@ -29,7 +29,9 @@
 # SUSTAIN: batches in the sustained ceilings: the model alone at the budget's
 # shape on the input's own segments for about as long as a run (the H200
 # holds its boost clock for a second or two, then its 700 W power cap brings
-# it down), which replace the short ceilings at that shape.
+# it down), which replace the short ceilings at that shape. SUSTAIN_TS: the
+# TorchScript model's (one and two streams), SUSTAIN by default; a shorter
+# one keeps a long run's call within the device's 10 minutes.
 # ROUNDS=0 runs only what comes before the rounds (data, package, the
 # --gpu-memory runs), so a later call on the same machine (same WORK) can
 # reuse them: the data and the package are kept when they are already there.
@@ -289,9 +291,9 @@ PY
 SUSTAIN=${SUSTAIN:-1500}
 if [ "$SUSTAIN" -gt 0 ]; then
   BUDGET=$(echo $CLASSES | awk '{print $NF}')
-  echo "== sustained: the model alone at $BUDGET segments, $SUSTAIN batches, on the input's own segments"
+  echo "== sustained: the model alone at $BUDGET segments, $SUSTAIN batches (TorchScript ${SUSTAIN_TS:-$SUSTAIN}), on the input's own segments"
   $PY "$HERE/model_ceiling.py" --model "$MODEL" --layouts channels_last --benchmark off --streams 1 2 \
-    --segments "$BUDGET" --iters "$SUSTAIN" --input "$WORK/input.parquet" --json "$RUNS/ceiling-sustained.json" \
+    --segments "$BUDGET" --iters "${SUSTAIN_TS:-$SUSTAIN}" --input "$WORK/input.parquet" --json "$RUNS/ceiling-sustained.json" \
     && sustained_merge "$RUNS/ceiling.json" "$RUNS/ceiling-sustained.json"
   if has_backend aoti && [ -s "$RUNS/ceiling-aoti.json" ]; then
     "$BIN" speed "$(config_of aoti)" --segments "$BUDGET" --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
