@@ -10,6 +10,8 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Event.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
 #include <cstring>
@@ -115,6 +117,31 @@ int seg_event_elapsed_ms(void* start, void* end, double* out, char* err, size_t 
     *out = static_cast<c10::Event*>(start)->elapsedTime(*static_cast<c10::Event*>(end));
   });
 }
+
+// A stream of device `device_index` on the heap: the thread's current one
+// (`current` != 0, to restore it later) or one from the device's pool
+// (`segpredict speed --streams`). Through the generic accelerator API, so
+// the shim needs no CUDA headers.
+int seg_stream_get(int device_index, int current, void** out, char* err, size_t err_len) {
+  *out = nullptr;
+  return guarded(err, err_len, [&] {
+    auto idx = static_cast<c10::DeviceIndex>(device_index);
+    auto device_type = at::accelerator::getAccelerator(true).value();
+    auto stream = current ? at::accelerator::getCurrentStream(idx)
+                          : c10::impl::getDeviceGuardImpl(device_type)
+                                ->getStreamFromGlobalPool(c10::Device(device_type, idx));
+    *out = new c10::Stream(stream);
+  });
+}
+
+// Makes `stream` the calling thread's current stream on its device: what
+// the model queues next (and events record) goes there.
+int seg_stream_make_current(void* stream, char* err, size_t err_len) {
+  return guarded(err, err_len,
+                 [&] { at::accelerator::setCurrentStream(*static_cast<c10::Stream*>(stream)); });
+}
+
+void seg_stream_free(void* stream) { delete static_cast<c10::Stream*>(stream); }
 
 void seg_event_free(void* event) {
   try {

@@ -198,6 +198,10 @@ struct SpeedArgs {
     /// Batches timed, after 5 untimed ones.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     batches: u64,
+    /// CUDA streams the batches take turns on (a model that waits on the
+    /// device between batches may gain from a second one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
+    streams: u64,
     /// auto, cpu, cuda or cuda:N [default: [model] device in the pipeline file]
     #[arg(long)]
     device: Option<String>,

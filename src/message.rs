@@ -586,9 +586,12 @@ pub struct ModelSpeed {
     pub rows: usize,
     /// Batches timed, after an untimed warm-up.
     pub batches: usize,
+    /// CUDA streams the batches took turns on.
+    pub streams: usize,
     pub seconds: f64,
     pub segments_per_s: f64,
-    /// Per batch: device time on CUDA (events), host time on CPU.
+    /// Per batch: device time on CUDA (events), host time on CPU; over
+    /// more than one stream, the time between a stream's batches.
     pub batch_ms_median: f64,
     pub batch_ms_p90: f64,
 }

@@ -63,12 +63,14 @@ pub struct SpeedReport {
 
 /// `segpredict speed`: the model alone on the pipeline's device, at
 /// `segments` a batch (default: the budget a run would use there) in
-/// `rows` rows (default: rows of the median segment count, as calibration).
+/// `rows` rows (default: rows of the median segment count, as calibration),
+/// the batches taking turns over `streams` CUDA streams.
 pub fn speed(
     config: &PipelineConfig,
     segments: Option<usize>,
     rows: Option<usize>,
     batches: usize,
+    streams: usize,
     on_input: bool,
 ) -> Result<SpeedReport> {
     let model = load_worker(config)?;
@@ -87,7 +89,7 @@ pub fn speed(
         false => None,
     };
     Ok(SpeedReport {
-        speed: model.speed_alone(segments, rows, batches, data.as_deref())?,
+        speed: model.speed_alone(segments, rows, batches, data.as_deref(), streams)?,
         device: worker::device_name(model.device()),
         format: model.format(),
     })

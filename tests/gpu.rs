@@ -182,3 +182,43 @@ fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
         );
     }
 }
+
+/// `speed --streams 2` alternates the batches over two CUDA streams of the
+/// pool and still times every batch: the rate is the batches' segments over
+/// the time, and the stream count is recorded.
+#[test]
+#[ignore = "needs a CUDA GPU; run with just test-gpu"]
+fn cuda_speed_over_two_streams_times_every_batch() {
+    require_cuda();
+    let dir = tmp();
+    let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
+    pipeline.max_segments = 2048;
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let json = dir.path().join("speed.json");
+    let timed = run_command(
+        Command::new(bin())
+            .args(["speed", file.to_str().unwrap(), "--device", "cuda"])
+            .args(["--batches", "20", "--streams", "2", "--json"])
+            .arg(&json),
+        dir.path(),
+    );
+    timed.expect_code(0);
+    assert!(
+        timed.stdout.contains("over 2 streams"),
+        "{}",
+        timed.describe()
+    );
+    let measured: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let speed = &measured["speed"];
+    assert_eq!(speed["streams"], 2, "{measured}");
+    assert_eq!(speed["batches"], 20, "{measured}");
+    let seconds = speed["seconds"].as_f64().unwrap();
+    let rate = speed["segments_per_s"].as_f64().unwrap();
+    assert!(
+        (rate * seconds - 20.0 * 2048.0).abs() < 1e-6 * rate * seconds,
+        "{measured}"
+    );
+    let median = speed["batch_ms_median"].as_f64().unwrap();
+    assert!(median > 0.0 && median <= seconds * 1e3, "{measured}");
+}

@@ -706,6 +706,7 @@ fn speed_times_the_model_alone_in_either_format() {
         assert_eq!(measured["format"], format);
         assert_eq!(speed["segments"], 1024);
         assert_eq!(speed["rows"], 57);
+        assert_eq!(speed["streams"], 1);
         let seconds = speed["seconds"].as_f64().unwrap();
         let rate = speed["segments_per_s"].as_f64().unwrap();
         assert!(
@@ -728,6 +729,14 @@ fn speed_times_the_model_alone_in_either_format() {
     let file = Pipeline::new(sample(), dir.path().join("out")).write(&dir.path().join("p.toml"));
     let refused = segpredict(&["speed", file.to_str().unwrap(), "--batches", "0"]);
     assert_eq!(refused.code, 2, "{}", refused.describe());
+    // Streams are CUDA's: on the CPU a second one is refused, saying why.
+    let on_cpu = segpredict(&["speed", file.to_str().unwrap(), "--streams", "2"]);
+    assert_eq!(on_cpu.code, 2, "{}", on_cpu.describe());
+    assert!(
+        on_cpu.stderr.contains("--streams 2 needs a CUDA device"),
+        "{}",
+        on_cpu.describe()
+    );
     assert!(
         refused.stderr.contains("--batches"),
         "{}",

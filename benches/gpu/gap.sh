@@ -26,7 +26,7 @@
 # POOLINGS: the package is built once per make_models.py --pooling given
 # (side by side), and the one whose `segpredict speed` on the input's own
 # segments is fastest over 16..1,024 rows a batch is the package measured.
-# SUSTAIN: batches in the sustained ceilings: the model alone at the budget's
+# SUSTAIN: batches in the sustained ceilings (one and two streams): the model alone at the budget's
 # shape on the input's own segments for about as long as a run (the H200
 # holds its boost clock for a second or two, then its 700 W power cap brings
 # it down), which replace the short ceilings at that shape. SUSTAIN_TS: the
@@ -244,12 +244,12 @@ layout = "aoti" if backend == "aoti" else "channels_last"
 results = []
 for f in files:
     m = json.load(open(f)); s = m["speed"]
-    results.append({"layout": layout, "cudnn_benchmark": False, "streams": 1, "segments": s["segments"], "rows": s["rows"],
+    results.append({"layout": layout, "cudnn_benchmark": False, "streams": s.get("streams", 1), "segments": s["segments"], "rows": s["rows"],
                     "iters": s["batches"], "data": m.get("data", "pattern"),
                     "segments_per_s": round(s["segments_per_s"]), "device_ms_median": round(s["batch_ms_median"], 3),
                     "device_ms_p90": round(s["batch_ms_p90"], 3), "queue_ms_median": None, "via": "segpredict speed"})
 json.dump({"results": sorted(results, key=lambda r: r["segments"])}, open(out, "w"), indent=1)
-print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']}: {r['segments_per_s']:,} segs/s" for r in results))
+print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']} ({r['streams']} stream(s)): {r['segments_per_s']:,} segs/s" for r in results))
 PY
 }
 speed_ceiling() { # BACKEND OUT.json
@@ -296,9 +296,13 @@ if [ "$SUSTAIN" -gt 0 ]; then
     --segments "$BUDGET" --iters "${SUSTAIN_TS:-$SUSTAIN}" --input "$WORK/input.parquet" --json "$RUNS/ceiling-sustained.json" \
     && sustained_merge "$RUNS/ceiling.json" "$RUNS/ceiling-sustained.json"
   if has_backend aoti && [ -s "$RUNS/ceiling-aoti.json" ]; then
-    "$BIN" speed "$(config_of aoti)" --segments "$BUDGET" --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
-      --json "$RUNS/sustained-speed-aoti.json" \
-      && speed_to_ceiling aoti "$RUNS/ceiling-aoti-sustained.json" "$RUNS/sustained-speed-aoti.json" \
+    # One stream, then two (the best of them is the ceiling; a failed second stream leaves the first's).
+    for streams in 1 2; do
+      "$BIN" speed "$(config_of aoti)" --segments "$BUDGET" --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
+        --streams $streams --json "$RUNS/sustained-speed-aoti-$streams.json" || echo "!! segpredict speed --streams $streams exit $?"
+    done
+    sustained=("$RUNS"/sustained-speed-aoti-*.json)
+    [ -s "${sustained[0]}" ] && speed_to_ceiling aoti "$RUNS/ceiling-aoti-sustained.json" "${sustained[@]}" \
       && sustained_merge "$RUNS/ceiling-aoti.json" "$RUNS/ceiling-aoti-sustained.json"
   fi
 fi

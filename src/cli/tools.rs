@@ -129,6 +129,7 @@ pub(super) fn speed(args: SpeedArgs) -> Result<()> {
         args.segments.map(to_usize),
         args.rows.map(to_usize),
         to_usize(args.batches),
+        to_usize(args.streams),
         on_input,
     )?;
     let s = &measured.speed;
@@ -137,8 +138,12 @@ pub(super) fn speed(args: SpeedArgs) -> Result<()> {
         true => format!("{}'s segments", config.readers.path.display()),
         false => "a byte pattern".to_string(),
     };
+    let (streams, per_batch) = match s.streams {
+        1 => (String::new(), "per batch"),
+        n => (format!(" over {n} streams"), "between a stream's batches"),
+    };
     println!(
-        "model alone on {} ({}, {}): {} batches of {} segments in {} rows of {}: {:.0} segments/s; per batch {:.3} ms median, {:.3} ms p90",
+        "model alone on {}{streams} ({}, {}): {} batches of {} segments in {} rows of {}: {:.0} segments/s; {per_batch} {:.3} ms median, {:.3} ms p90",
         measured.device,
         format,
         format!("{:?}", config.model.dtype).to_lowercase(),

@@ -46,6 +46,15 @@ extern "C" {
         err_len: usize,
     ) -> c_int;
     fn seg_event_free(event: *mut c_void);
+    fn seg_stream_get(
+        device_index: c_int,
+        current: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn seg_stream_make_current(stream: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_stream_free(stream: *mut c_void);
     fn seg_pin_memory(
         tensor: *mut c_void,
         out: *mut *mut c_void,
@@ -227,5 +236,58 @@ impl Drop for DeviceEvent {
     fn drop(&mut self) {
         // SAFETY: made by seg_event_record and freed once, here.
         unsafe { seg_event_free(self.event) }
+    }
+}
+
+/// A stream of a CUDA device (`segpredict speed --streams`). Not `Send`: it
+/// stays with the worker thread whose current stream it sets.
+pub struct DeviceStream {
+    stream: *mut c_void,
+}
+
+impl DeviceStream {
+    /// The calling thread's current stream on device `index` (to restore it
+    /// later); `Ok(None)` without an accelerator.
+    pub fn current(index: usize) -> Result<Option<Self>, ShimError> {
+        Self::get(index, true)
+    }
+
+    /// A stream from device `index`'s pool; `Ok(None)` without an accelerator.
+    pub fn from_pool(index: usize) -> Result<Option<Self>, ShimError> {
+        Self::get(index, false)
+    }
+
+    fn get(index: usize, current: bool) -> Result<Option<Self>, ShimError> {
+        let mut stream = std::ptr::null_mut();
+        let mut err = [0 as c_char; ERR_LEN];
+        let index = device_index(index)?;
+        // SAFETY: `stream` and `err` outlive the call; the shim sets
+        // `stream` to a heap stream only when it returns 0.
+        let code = unsafe {
+            seg_stream_get(
+                index,
+                c_int::from(current),
+                &mut stream,
+                err.as_mut_ptr(),
+                ERR_LEN,
+            )
+        };
+        Ok(shim_result("stream_get", code, &err)?.then_some(Self { stream }))
+    }
+
+    /// Makes this the calling thread's current stream on its device: the
+    /// model's work queued next, and events recorded next, go to it.
+    pub fn make_current(&self) -> Result<(), ShimError> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: `self.stream` is a live stream made by seg_stream_get.
+        let code = unsafe { seg_stream_make_current(self.stream, err.as_mut_ptr(), ERR_LEN) };
+        shim_result("stream_make_current", code, &err).map(|_| ())
+    }
+}
+
+impl Drop for DeviceStream {
+    fn drop(&mut self) {
+        // SAFETY: made by seg_stream_get and freed once, here.
+        unsafe { seg_stream_free(self.stream) }
     }
 }

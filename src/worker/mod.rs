@@ -200,6 +200,8 @@ pub enum WorkerError {
         #[source]
         source: TorchError,
     },
+    #[error("--streams {0} needs a CUDA device: on the CPU a model runs on one stream")]
+    StreamsNeedCuda(usize),
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
     #[error(transparent)]
@@ -226,6 +228,7 @@ impl WorkerError {
             | WorkerError::NoLabels { .. }
             | WorkerError::BadDevice(_)
             | WorkerError::CudnnNeedsPadding
+            | WorkerError::StreamsNeedCuda(_)
             | WorkerError::Calibration(_) => true,
         }
     }

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use super::alloc::DeviceEvent;
+use super::alloc::{DeviceEvent, DeviceStream};
 use super::calibrate::{synthetic_batch, synthetic_batch_of_rows};
 use super::{Worker, WorkerError};
 use crate::message::ModelSpeed;
@@ -26,13 +26,17 @@ impl Worker {
     /// returns the rate and the per-batch device time. The segments are
     /// `data`'s bytes, repeated as needed, when given (real inputs: on the
     /// H200 the seed's model took 1.8% longer on the benchmark's digits than
-    /// on the byte pattern used otherwise).
+    /// on the byte pattern used otherwise). With `streams` > 1 (CUDA only)
+    /// the batches take turns over that many streams of the device's pool,
+    /// so one batch's last kernels can overlap the next one's first: the
+    /// ceiling's best case, as `model_ceiling.py --streams 2` measures it.
     pub fn speed_alone(
         &self,
         segments: usize,
         rows: Option<usize>,
         batches: usize,
         data: Option<&[u8]>,
+        streams: usize,
     ) -> Result<ModelSpeed, WorkerError> {
         let _no_grad = tch::no_grad_guard();
         let _inference = super::alloc::InferenceModeGuard::enter();
@@ -45,34 +49,50 @@ impl Worker {
             fill_cyclically(&mut batch.segments, data);
         }
         let inputs = self.model.inputs(&batch).map_err(failed)?;
-        for _ in 0..WARM_BATCHES {
-            self.model.forward_alone(&inputs).map_err(failed)?;
-        }
+        // The inputs were uploaded on the thread's stream: done before others read them.
         self.mark()?.wait()?;
-        let started = Instant::now();
-        let mut marks = vec![self.mark()?];
-        for _ in 0..batches {
+        let lanes = Lanes::new(self.cuda_index(), streams)?;
+        for i in 0..WARM_BATCHES.max(lanes.count()) {
+            lanes.enter(i)?;
             self.model.forward_alone(&inputs).map_err(failed)?;
-            marks.push(self.mark()?);
         }
-        if let Some(last) = marks.last() {
-            last.wait()?;
+        let mut marks = self.marks_on_idle_lanes(&lanes)?;
+        let started = Instant::now();
+        for i in 0..batches {
+            let lane = lanes.enter(i)?;
+            self.model.forward_alone(&inputs).map_err(failed)?;
+            marks[lane].push(self.mark()?);
+        }
+        for lane in &marks {
+            lane.last().map(Mark::wait).transpose()?;
         }
         let seconds = started.elapsed().as_secs_f64();
-        let mut per_batch = marks
-            .windows(2)
-            .map(|pair| pair[0].ms_until(&pair[1]))
-            .collect::<Result<Vec<f64>, _>>()?;
-        per_batch.sort_by(f64::total_cmp);
+        let per_batch = batch_ms_sorted(&marks)?;
         Ok(ModelSpeed {
             segments,
             rows: batch.rows.len(),
             batches,
+            streams: lanes.count(),
             seconds,
             segments_per_s: (segments * batches) as f64 / seconds,
             batch_ms_median: nearest_rank(&per_batch, 0.5),
             batch_ms_p90: nearest_rank(&per_batch, 0.9),
         })
+    }
+
+    /// Waits until every lane has run what was queued on it (the warm-up),
+    /// then starts each lane's marks with one recorded on it.
+    fn marks_on_idle_lanes(&self, lanes: &Lanes) -> Result<Vec<Vec<Mark>>, WorkerError> {
+        let mut marks = Vec::with_capacity(lanes.count());
+        for lane in 0..lanes.count() {
+            lanes.enter(lane)?;
+            self.mark()?.wait()?;
+        }
+        for lane in 0..lanes.count() {
+            lanes.enter(lane)?;
+            marks.push(vec![self.mark()?]);
+        }
+        Ok(marks)
     }
 
     /// A point in time: a device event on CUDA (each batch's own device
@@ -86,6 +106,71 @@ impl Worker {
             },
             None => Mark::Host(Instant::now()),
         })
+    }
+}
+
+/// Milliseconds between consecutive marks of each lane, sorted: a batch's
+/// device time on one stream; with more, the time between a stream's
+/// batches, the other streams' batches running in between.
+fn batch_ms_sorted(marks: &[Vec<Mark>]) -> Result<Vec<f64>, WorkerError> {
+    let mut per_batch = marks
+        .iter()
+        .flat_map(|lane| lane.windows(2))
+        .map(|pair| pair[0].ms_until(&pair[1]))
+        .collect::<Result<Vec<f64>, _>>()?;
+    per_batch.sort_by(f64::total_cmp);
+    Ok(per_batch)
+}
+
+/// The streams the batches take turns on. One lane, the thread's current
+/// stream left as it is, by default; more are streams from the device's
+/// pool, and the thread's current stream is put back when this is dropped.
+struct Lanes {
+    pool: Vec<DeviceStream>,
+    previous: Option<DeviceStream>,
+}
+
+impl Lanes {
+    fn new(cuda_index: Option<usize>, streams: usize) -> Result<Self, WorkerError> {
+        if streams <= 1 {
+            return Ok(Self {
+                pool: Vec::new(),
+                previous: None,
+            });
+        }
+        let no_cuda = || WorkerError::StreamsNeedCuda(streams);
+        let index = cuda_index.ok_or_else(no_cuda)?;
+        let previous = DeviceStream::current(index)?.ok_or_else(no_cuda)?;
+        let pool = (0..streams)
+            .map(|_| DeviceStream::from_pool(index)?.ok_or_else(no_cuda))
+            .collect::<Result<Vec<_>, WorkerError>>()?;
+        Ok(Self {
+            pool,
+            previous: Some(previous),
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.pool.len().max(1)
+    }
+
+    /// Makes the `i`th batch's lane current; returns the lane's number.
+    fn enter(&self, i: usize) -> Result<usize, WorkerError> {
+        let lane = i % self.count();
+        if let Some(stream) = self.pool.get(lane) {
+            stream.make_current()?;
+        }
+        Ok(lane)
+    }
+}
+
+impl Drop for Lanes {
+    fn drop(&mut self) {
+        if let Some(previous) = &self.previous {
+            if let Err(error) = previous.make_current() {
+                tracing::warn!(%error, "could not restore the worker's CUDA stream");
+            }
+        }
     }
 }
 
