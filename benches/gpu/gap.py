@@ -289,8 +289,10 @@ def main() -> None:
             sustained = ceiling_curve(json.loads((runs / f"{stem}.json").read_text()), layout).get(budget)
             if short and sustained:
                 summary[f"{stem}_short_best_sps"] = short["best_sps"]
-                lines.append(f"{name} alone at {budget}, the ceiling used: {sustained['best_sps']:,} segs/s sustained (the "
-                             f"input's own segments, about a run's length); {short['best_sps']:,} over a short burst "
+                batches = max((r.get("iters") or 0 for r in json.loads((runs / f"{stem}.json").read_text())["results"]
+                               if r.get("sustained") and r["segments"] == budget), default=0)
+                lines.append(f"{name} alone at {budget}, the ceiling used: {sustained['best_sps']:,} segs/s sustained ("
+                             f"{batches:,} batches of the input's own segments); {short['best_sps']:,} over a short burst "
                              f"(x{sustained['best_sps'] / short['best_sps']:.3f})")
     for backend in ("torchscript", "aoti"):
         speed_file = runs / f"speed-ceiling-{backend}.json"
