@@ -215,8 +215,10 @@ fn cuda_speed_over_two_streams_times_every_batch() {
     assert_eq!(speed["batches"], 20, "{measured}");
     let seconds = speed["seconds"].as_f64().unwrap();
     let rate = speed["segments_per_s"].as_f64().unwrap();
+    let segments = speed["segments"].as_f64().unwrap();
+    assert_eq!(segments, 2048.0, "{measured}");
     assert!(
-        (rate * seconds - 20.0 * 2048.0).abs() < 1e-6 * rate * seconds,
+        (rate * seconds - 20.0 * segments).abs() < 1e-6 * rate * seconds,
         "{measured}"
     );
     let median = speed["batch_ms_median"].as_f64().unwrap();

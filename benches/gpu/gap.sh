@@ -31,7 +31,8 @@
 # holds its boost clock for a second or two, then its 700 W power cap brings
 # it down), which replace the short ceilings at that shape. SUSTAIN_TS: the
 # TorchScript model's (one and two streams), SUSTAIN by default; a shorter
-# one keeps a long run's call within the device's 10 minutes.
+# one keeps a long run's call within the device's 10 minutes (each ceiling
+# runs its batches once a stream count: twice SUSTAIN for the package).
 # ROUNDS=0 runs only what comes before the rounds (data, package, the
 # --gpu-memory runs), so a later call on the same machine (same WORK) can
 # reuse them: the data and the package are kept when they are already there.
@@ -243,11 +244,13 @@ backend, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 layout = "aoti" if backend == "aoti" else "channels_last"
 results = []
 for f in files:
-    m = json.load(open(f)); s = m["speed"]
-    results.append({"layout": layout, "cudnn_benchmark": False, "streams": s.get("streams", 1), "segments": s["segments"], "rows": s["rows"],
-                    "iters": s["batches"], "data": m.get("data", "pattern"),
-                    "segments_per_s": round(s["segments_per_s"]), "device_ms_median": round(s["batch_ms_median"], 3),
-                    "device_ms_p90": round(s["batch_ms_p90"], 3), "queue_ms_median": None, "via": "segpredict speed"})
+    m = json.load(open(f)); s = m["speed"]; streams = s.get("streams", 1)
+    # Over more streams speed's per-batch figure is the time between a stream's batches, not a batch's device time.
+    ms = {"device_ms_median": round(s["batch_ms_median"], 3), "device_ms_p90": round(s["batch_ms_p90"], 3)} if streams == 1 else \
+         {"device_ms_median": None, "device_ms_p90": None, "stream_interval_ms_median": round(s["batch_ms_median"], 3)}
+    results.append({"layout": layout, "cudnn_benchmark": False, "streams": streams, "segments": s["segments"], "rows": s["rows"],
+                    "iters": s["batches"], "data": m.get("data", "pattern"), "segments_per_s": round(s["segments_per_s"]),
+                    **ms, "queue_ms_median": None, "via": "segpredict speed"})
 json.dump({"results": sorted(results, key=lambda r: r["segments"])}, open(out, "w"), indent=1)
 print(f"segpredict speed, {backend}:", ", ".join(f"{r['segments']} ({r['streams']} stream(s)): {r['segments_per_s']:,} segs/s" for r in results))
 PY
@@ -297,12 +300,14 @@ if [ "$SUSTAIN" -gt 0 ]; then
     && sustained_merge "$RUNS/ceiling.json" "$RUNS/ceiling-sustained.json"
   if has_backend aoti && [ -s "$RUNS/ceiling-aoti.json" ]; then
     # One stream, then two (the best of them is the ceiling; a failed second stream leaves the first's).
+    sustained=()
     for streams in 1 2; do
+      file="$RUNS/sustained-speed-aoti-$streams.json"; rm -f "$file"
       "$BIN" speed "$(config_of aoti)" --segments "$BUDGET" --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
-        --streams $streams --json "$RUNS/sustained-speed-aoti-$streams.json" || echo "!! segpredict speed --streams $streams exit $?"
+        --streams $streams --json "$file" || echo "!! segpredict speed --streams $streams exit $?"
+      [ -s "$file" ] && sustained+=("$file")
     done
-    sustained=("$RUNS"/sustained-speed-aoti-*.json)
-    [ -s "${sustained[0]}" ] && speed_to_ceiling aoti "$RUNS/ceiling-aoti-sustained.json" "${sustained[@]}" \
+    [ ${#sustained[@]} -gt 0 ] && speed_to_ceiling aoti "$RUNS/ceiling-aoti-sustained.json" "${sustained[@]}" \
       && sustained_merge "$RUNS/ceiling-aoti.json" "$RUNS/ceiling-aoti-sustained.json"
   fi
 fi

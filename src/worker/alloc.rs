@@ -272,7 +272,7 @@ impl DeviceStream {
                 ERR_LEN,
             )
         };
-        Ok(shim_result("stream_get", code, &err)?.then_some(Self { stream }))
+        Ok(shim_result("stream_get", code, &err)?.then(|| Self { stream }))
     }
 
     /// Makes this the calling thread's current stream on its device: the

@@ -29,7 +29,9 @@ impl Worker {
     /// on the byte pattern used otherwise). With `streams` > 1 (CUDA only)
     /// the batches take turns over that many streams of the device's pool,
     /// so one batch's last kernels can overlap the next one's first: the
-    /// ceiling's best case, as `model_ceiling.py --streams 2` measures it.
+    /// ceiling's best case, the rate `model_ceiling.py --streams 2` measures
+    /// (outputs are dropped, so two batches sharing a model instance at once
+    /// changes no work done).
     pub fn speed_alone(
         &self,
         segments: usize,
@@ -52,6 +54,8 @@ impl Worker {
         // The inputs were uploaded on the thread's stream: done before others read them.
         self.mark()?.wait()?;
         let lanes = Lanes::new(self.cuda_index(), streams)?;
+        // Every lane gets untimed batches: a stream's first batch reserves
+        // the allocator's blocks for that stream.
         for i in 0..WARM_BATCHES.max(lanes.count()) {
             lanes.enter(i)?;
             self.model.forward_alone(&inputs).map_err(failed)?;
@@ -128,6 +132,7 @@ fn batch_ms_sorted(marks: &[Vec<Mark>]) -> Result<Vec<f64>, WorkerError> {
 struct Lanes {
     pool: Vec<DeviceStream>,
     previous: Option<DeviceStream>,
+    cuda_index: usize,
 }
 
 impl Lanes {
@@ -136,6 +141,7 @@ impl Lanes {
             return Ok(Self {
                 pool: Vec::new(),
                 previous: None,
+                cuda_index: 0,
             });
         }
         let no_cuda = || WorkerError::StreamsNeedCuda(streams);
@@ -147,6 +153,7 @@ impl Lanes {
         Ok(Self {
             pool,
             previous: Some(previous),
+            cuda_index: index,
         })
     }
 
@@ -165,11 +172,23 @@ impl Lanes {
 }
 
 impl Drop for Lanes {
+    /// Waits for every lane (a failed batch may leave others queued, still
+    /// reading the inputs, which are freed on the thread's stream next),
+    /// then puts the thread's stream back.
     fn drop(&mut self) {
-        if let Some(previous) = &self.previous {
-            if let Err(error) = previous.make_current() {
-                tracing::warn!(%error, "could not restore the worker's CUDA stream");
+        let Some(previous) = &self.previous else {
+            return;
+        };
+        for stream in &self.pool {
+            let waited = stream.make_current().and_then(|()| {
+                DeviceEvent::record(self.cuda_index)?.map_or(Ok(()), |event| event.synchronize())
+            });
+            if let Err(error) = waited {
+                tracing::warn!(%error, "could not wait for a CUDA stream of `speed`");
             }
+        }
+        if let Err(error) = previous.make_current() {
+            tracing::warn!(%error, "could not restore the worker's CUDA stream");
         }
     }
 }
@@ -216,7 +235,24 @@ impl Mark {
 
 #[cfg(test)]
 mod tests {
-    use super::{fill_cyclically, nearest_rank};
+    use std::time::{Duration, Instant};
+
+    use super::{batch_ms_sorted, fill_cyclically, nearest_rank, Mark};
+
+    #[test]
+    fn each_lane_times_its_own_batches() {
+        let at = |ms: u64| Mark::Host(Instant::now() + Duration::from_millis(ms));
+        // Two lanes, five batches: three on the first, two on the second,
+        // each lane's marks starting with the one taken before its first.
+        let marks = vec![
+            vec![at(0), at(20), at(40), at(60)],
+            vec![at(0), at(30), at(50)],
+        ];
+        let ms = batch_ms_sorted(&marks).unwrap();
+        assert_eq!(ms.len(), 5);
+        let rounded: Vec<u64> = ms.iter().map(|m| m.round() as u64).collect();
+        assert_eq!(rounded, [20, 20, 20, 20, 30]);
+    }
 
     #[test]
     fn data_is_repeated_to_fill_the_batch() {
