@@ -141,6 +141,11 @@ int seg_stream_make_current(void* stream, char* err, size_t err_len) {
                  [&] { at::accelerator::setCurrentStream(*static_cast<c10::Stream*>(stream)); });
 }
 
+// Blocks the calling thread until `stream` has run everything queued on it.
+int seg_stream_synchronize(void* stream, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] { static_cast<c10::Stream*>(stream)->synchronize(); });
+}
+
 void seg_stream_free(void* stream) { delete static_cast<c10::Stream*>(stream); }
 
 void seg_event_free(void* event) {

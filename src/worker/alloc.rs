@@ -54,6 +54,7 @@ extern "C" {
         err_len: usize,
     ) -> c_int;
     fn seg_stream_make_current(stream: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn seg_stream_synchronize(stream: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn seg_stream_free(stream: *mut c_void);
     fn seg_pin_memory(
         tensor: *mut c_void,
@@ -282,6 +283,14 @@ impl DeviceStream {
         // SAFETY: `self.stream` is a live stream made by seg_stream_get.
         let code = unsafe { seg_stream_make_current(self.stream, err.as_mut_ptr(), ERR_LEN) };
         shim_result("stream_make_current", code, &err).map(|_| ())
+    }
+
+    /// Blocks until this stream has run everything queued on it.
+    pub fn synchronize(&self) -> Result<(), ShimError> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: `self.stream` is a live stream made by seg_stream_get.
+        let code = unsafe { seg_stream_synchronize(self.stream, err.as_mut_ptr(), ERR_LEN) };
+        shim_result("stream_synchronize", code, &err).map(|_| ())
     }
 }
 

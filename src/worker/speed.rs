@@ -132,7 +132,6 @@ fn batch_ms_sorted(marks: &[Vec<Mark>]) -> Result<Vec<f64>, WorkerError> {
 struct Lanes {
     pool: Vec<DeviceStream>,
     previous: Option<DeviceStream>,
-    cuda_index: usize,
 }
 
 impl Lanes {
@@ -141,7 +140,6 @@ impl Lanes {
             return Ok(Self {
                 pool: Vec::new(),
                 previous: None,
-                cuda_index: 0,
             });
         }
         let no_cuda = || WorkerError::StreamsNeedCuda(streams);
@@ -153,7 +151,6 @@ impl Lanes {
         Ok(Self {
             pool,
             previous: Some(previous),
-            cuda_index: index,
         })
     }
 
@@ -180,10 +177,7 @@ impl Drop for Lanes {
             return;
         };
         for stream in &self.pool {
-            let waited = stream.make_current().and_then(|()| {
-                DeviceEvent::record(self.cuda_index)?.map_or(Ok(()), |event| event.synchronize())
-            });
-            if let Err(error) = waited {
+            if let Err(error) = stream.synchronize() {
                 tracing::warn!(%error, "could not wait for a CUDA stream of `speed`");
             }
         }
