@@ -47,21 +47,40 @@ COPY . .
 RUN cargo build --release --locked --bin segpredict \
     && cp target/release/segpredict /usr/local/bin/segpredict \
     && rm -rf target
+# What the binary never loads, out of what the run stage copies: the Python
+# extension's libraries (torch._C's) and static archives.
+RUN site=/opt/venv/lib/python3.11/site-packages \
+    && rm -rf "$site"/torch/lib/libtorch_python.so "$site"/torch/lib/libtorch_global_deps.so \
+        "$site"/torch/lib/libshm.so "$site"/torch/lib/libshm \
+    && find "$site/nvidia" -name '*.a' -delete
 
 # --- build-cpu: the same wheel without its CUDA dependencies ---
 # The wheel alone (--no-deps: none of the nvidia-* packages), then its CUDA
 # libraries removed, so neither torch-sys nor build.rs links libtorch_cuda
-# (both link it only where libtorch_cuda.so exists). The wheel's libtorch.so
-# is a stub that loads libtorch_cpu and libtorch_cuda: it is relinked to
-# need libtorch_cpu only, as the CPU wheels' libtorch.so does. torch without
-# its Python dependencies cannot be imported, so torch-sys is given the
-# wheel's libtorch directory (lib/, include/) rather than asking Python.
+# (both link it only where libtorch_cuda.so exists). Two CUDA libraries stay:
+# the wheel's libtorch_cpu is linked against the CUDA runtime and CUPTI (the
+# profiler's), which load without a GPU or driver; they come from the
+# cuda-toolkit extras at the version torch's metadata pins, and nothing else
+# of CUDA. The wheel's libtorch.so is a stub that loads libtorch_cpu and
+# libtorch_cuda: it is relinked to need libtorch_cpu only, as the CPU wheels'
+# libtorch.so does. torch without its Python dependencies cannot be
+# imported, so torch-sys is given the wheel's libtorch directory (lib/,
+# include/) rather than asking Python.
 FROM build-base AS build-cpu
 ENV LIBTORCH=/opt/venv/lib/python3.11/site-packages/torch
+# cuda-toolkit is pinned, at the version torch's metadata names.
+# hadolint ignore=DL3013
 RUN pip install --no-cache-dir --no-deps "$(grep '^torch==' /tmp/requirements.txt)" \
-    && lib=/opt/venv/lib/python3.11/site-packages/torch/lib \
-    && rm -f "$lib"/libtorch_cuda*.so "$lib"/libc10_cuda.so "$lib"/libcaffe2_nvrtc.so \
+    && site=/opt/venv/lib/python3.11/site-packages \
+    && toolkit="$(sed -n 's/^Requires-Dist: cuda-toolkit\[[^]]*\]\(==[^;]*\);.*/cuda-toolkit[cudart,cupti]\1/p' \
+        "$site"/torch-*.dist-info/METADATA)" \
+    && pip install --no-cache-dir "${toolkit:?torch names no cuda-toolkit}" \
+    && find "$site/nvidia/cu13/lib" -mindepth 1 ! -name libcudart.so.13 ! -name libcupti.so.13 -delete \
+    && rm -rf "$site/nvidia/cu13/include" \
+    && lib="$site/torch/lib" \
+    && rm -rf "$lib"/libtorch_cuda*.so "$lib"/libc10_cuda.so "$lib"/libcaffe2_nvrtc.so \
         "$lib"/libtorch_nvshmem.so "$lib"/libtorch_python.so "$lib"/libtorch_global_deps.so \
+        "$lib"/libshm.so "$lib"/libshm \
     && patchelf --remove-needed libtorch_cuda.so "$lib/libtorch.so"
 COPY . .
 RUN cargo build --release --locked --bin segpredict \
@@ -82,16 +101,18 @@ LABEL org.opencontainers.image.title="segpredict" \
       org.opencontainers.image.base.name="debian:bookworm-slim"
 # uid 10001, no home, no shell login: the manifests run it as non-root with
 # a read-only root file system; it writes to its output volume and /tmp.
-RUN useradd --system --uid 10001 --user-group --no-create-home \
+RUN useradd --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin segpredict
 ENV HOME=/tmp
 ENTRYPOINT ["/usr/local/bin/segpredict"]
 CMD ["--help"]
 
-# --- cpu: the binary and libtorch's CPU libraries ---
+# --- cpu: the binary, libtorch's CPU libraries, the CUDA runtime and CUPTI ---
 FROM run-base AS cpu
 ARG SITE=/opt/venv/lib/python3.11/site-packages
 COPY --from=build-cpu ${SITE}/torch/lib ${SITE}/torch/lib
+# libtorch_cpu's rpath ($ORIGIN/../../nvidia/cu13/lib) finds them here.
+COPY --from=build-cpu ${SITE}/nvidia/cu13/lib ${SITE}/nvidia/cu13/lib
 COPY --from=build-cpu /usr/local/bin/segpredict /usr/local/bin/segpredict
 USER 10001:10001
 
