@@ -52,8 +52,8 @@ lint: setup
     cargo clippy --release --all-targets -- -D warnings
     hadolint Dockerfile
 
-# Debian packages the container image needs: podman (with runc: crun fails on these hosts'
-# cgroups), mmdebstrap for base images without a registry, uidmap; root or sudo.
+# podman runs with runc (crun fails on these hosts' cgroups); mmdebstrap makes base images.
+# Debian packages for the container image: podman, runc, mmdebstrap, uidmap; root or sudo.
 setup-image:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -62,19 +62,19 @@ setup-image:
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends podman runc mmdebstrap uidmap
 
-# Local base images from Debian's packages, for where no registry is reachable (README,
-# "Container image"): bookworm minbase as debian:bookworm-slim, and with gcc, g++ and this
-# machine's Rust toolchain as rust:1.95-bookworm. Kept once made; `force=1` remakes them.
+# bookworm minbase as debian:bookworm-slim, and with gcc, g++ and this machine's Rust toolchain
+# as rust:1.95-bookworm (README, "Container image"). Kept once made; `force=1` remakes them.
+# Local base images from Debian's packages (mmdebstrap), for where no registry is reachable.
 image-base force="": setup-image
     bash tests/image/base.sh {{force}}
 
-# The container image: `just image` (CUDA) or `just image cpu`; tag segpredict:VERSION[-cpu].
 # SEGPREDICT_IMAGE_BASE=public|local|auto (auto: the public bases where the registry answers).
+# The container image: `just image` (CUDA) or `just image cpu`; tag segpredict:VERSION[-cpu].
 image variant="cuda" tag="": setup-image
     bash tests/image/build.sh {{variant}} {{tag}}
 
-# The image test: builds the CPU image and predicts the sample inside it (no network,
-# non-root, read-only root), against the binary built here. IMAGE_VARIANT=cuda for the other.
+# IMAGE_VARIANT=cuda tests the CUDA image instead (on CPU); KEEP_IMAGE=1 keeps it afterwards.
+# The image test: the CPU image predicts the sample (no network, non-root, read-only) as the binary.
 test-image: build setup-image
     bash tests/image/test.sh
 
