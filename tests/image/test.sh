@@ -118,10 +118,14 @@ check "the container's user is uid 10001" test "$(run --entrypoint /usr/bin/id "
 mnt="$(podman image mount "$tag")"
 site="$mnt/opt/venv/lib/python3.11/site-packages"
 {
-    echo "image $tag: $(podman image inspect --format '{{.Size}}' "$tag") bytes"
-    du -sh --apparent-size "$mnt" "$site/torch/lib" "$site/nvidia" "$mnt/usr/local/bin/segpredict" 2>/dev/null
-    du -sh --apparent-size "$site"/torch/lib/* 2>/dev/null | sort -h | tail -n 6
-    du -sh --apparent-size "$site"/nvidia/* 2>/dev/null | sort -h | tail -n 6
+    echo "image $tag: $(podman image inspect --format '{{.Size}}' "$tag") bytes; what takes the space (MiB):"
+    cd "$mnt"
+    for path in . usr/local/bin/segpredict opt/venv/lib/python3.11/site-packages/torch/lib \
+        opt/venv/lib/python3.11/site-packages/torch/lib/* opt/venv/lib/python3.11/site-packages/nvidia \
+        opt/venv/lib/python3.11/site-packages/nvidia/*/lib/*; do
+        if [ -e "$path" ]; then printf '  %8s  /%s\n' "$(du -s --block-size=1M --apparent-size "$path" | cut -f1)" "${path#./}"; fi
+    done | sort -k2 | awk '$1 >= 1 || $2 == "/."'
+    cd "$repo"
 } > "$work/sizes.txt"
 cat "$work/sizes.txt"
 python_files="$(find "$mnt" -xdev \( -name 'python3*' -o -name 'pip' -o -name 'pip3' \) \( -type f -o -type l \) | sed "s|^$mnt||")"
