@@ -14,18 +14,18 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::config::{ConfigError, Overrides, PipelineConfig};
-use crate::exit::{Failure, Outcome, Permanent};
 use crate::local_shards::{LocalShards, LocalShardsError};
 use crate::logging::{self, LogFormat};
-use crate::message::{ShardError, ShardSpec};
 use crate::metrics;
 use crate::pipeline;
-use crate::reader::{OnBadFile, ReaderError};
-use crate::worker::WorkerError;
-use crate::writer::checkpoint::CheckpointError;
-use crate::writer::done::ScanError;
-use crate::writer::manifest::ManifestError;
-use crate::writer::WriterError;
+use segpredict_checkpoint::checkpoint::CheckpointError;
+use segpredict_checkpoint::done::ScanError;
+use segpredict_checkpoint::manifest::ManifestError;
+use segpredict_checkpoint::WriterError;
+use segpredict_core::exit::{Failure, Outcome, Permanent};
+use segpredict_core::message::{ShardError, ShardSpec};
+use segpredict_reader::{OnBadFile, ReaderError};
+use segpredict_worker::WorkerError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -311,7 +311,7 @@ pub fn main() -> ExitCode {
     // First: a signal from here on cancels the run and decides the code.
     let cancel = Arc::new(AtomicBool::new(false));
     let signals = crate::signals::install(cancel.clone());
-    crate::reader::catch_decoder_panics();
+    segpredict_reader::catch_decoder_panics();
     let cli = Cli::parse();
     logging::init(cli.log_format);
     let result = signals
@@ -369,8 +369,8 @@ fn classify(error: &anyhow::Error) -> Failure {
             return e.is_permanent();
         }
         cause.is::<ScanError>()
-            || cause.is::<crate::bucketing::BucketingError>()
-            || cause.is::<crate::worker::calibrate::CalibrationError>()
+            || cause.is::<segpredict_bucketing::BucketingError>()
+            || cause.is::<segpredict_worker::calibrate::CalibrationError>()
     });
     match permanent {
         true => Failure::Permanent,

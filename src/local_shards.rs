@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use crate::exit::Outcome;
+use segpredict_core::exit::Outcome;
 
 /// How many local shards: a number, or one per visible GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

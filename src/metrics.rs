@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::{Counter, CounterVec, Encoder, Gauge, Opts, Registry, TextEncoder};
 
-use crate::message::{LiveSnapshot, ShardSpec};
-use crate::report::RunReport;
+use segpredict_core::message::{LiveSnapshot, ShardSpec};
+use segpredict_report::RunReport;
 
 /// How often the Pushgateway is pushed to during a run.
 const PUSH_EVERY: Duration = Duration::from_secs(60);

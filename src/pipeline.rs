@@ -18,17 +18,17 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bucketing::{default_size_classes, Bucketer};
-use crate::commit::{commit_run, CommitState};
 use crate::config::PipelineConfig;
-use crate::message::{Calibration, ModelSpeed, Row, ShardSpec};
-use crate::reader::ReadPlan;
-use crate::report::{RunFacts, RunReport};
-use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::{self, Worker};
-use crate::writer::checkpoint::{self, DirState};
-use crate::writer::manifest::RunManifest;
 use attempt::{begin_attempt, finish_shard, Attempt};
+use segpredict_bucketing::{default_size_classes, Bucketer};
+use segpredict_checkpoint::checkpoint::{self, DirState};
+use segpredict_checkpoint::commit::{commit_run, CommitState};
+use segpredict_checkpoint::manifest::RunManifest;
+use segpredict_core::message::{Calibration, ModelSpeed, Row, ShardSpec};
+use segpredict_reader::ReadPlan;
+use segpredict_report::{RunFacts, RunReport};
+use segpredict_worker::calibrate::{parse_size, CalibrationError};
+use segpredict_worker::{self as worker, Worker};
 use start::{abandon_start, check_model_bound, memory_target, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
@@ -78,7 +78,7 @@ pub fn speed(
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
     if let Some(limit) = model.max_segments().filter(|&limit| segments > limit) {
-        return Err(crate::exit::Permanent(anyhow::anyhow!(
+        return Err(segpredict_core::exit::Permanent(anyhow::anyhow!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); asked for {segments}",
             config.model.path.display()
         ))
@@ -97,7 +97,7 @@ pub fn speed(
 
 /// The first `segments` segments of the input (`speed --input`).
 fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
-    let data = crate::reader::leading_segments(&config.readers, segments)
+    let data = segpredict_reader::leading_segments(&config.readers, segments)
         .with_context(|| format!("reading segments from {}", config.readers.path.display()))?;
     if data.is_empty() {
         bail!(
@@ -192,7 +192,7 @@ pub fn run(
     );
     if worker::choose_device(&config.model.device)?.is_cuda() {
         // Before the readers start, so they keep off the worker's core.
-        crate::cpu::reserve_core_for_worker();
+        segpredict_core::cpu::reserve_core_for_worker();
     }
     let prepare = || {
         prepare_model(config, &plan, allocator_conf, &attempt, started, &cancel)

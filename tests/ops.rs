@@ -381,8 +381,8 @@ fn a_failed_run_marks_the_metrics_file_and_keeps_the_last_success_time() {
     );
 }
 
-/// Debian's `prometheus-pushgateway` (installed by `just setup-system`, which
-/// CI runs), listening on a free loopback port until dropped.
+/// Debian's `prometheus-pushgateway` (installed by `just test-deps`, which
+/// `just test` runs first), listening on a free loopback port until dropped.
 struct Pushgateway {
     child: std::process::Child,
     url: String,
@@ -403,7 +403,7 @@ impl Pushgateway {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("starting {binary} ({e}): install it with `just setup-system` (apt-get install prometheus-pushgateway)")
+                panic!("starting {binary} ({e}): install it with `just test-deps` (apt-get install prometheus-pushgateway)")
             });
         let gateway = Self {
             child,

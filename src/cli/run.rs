@@ -8,14 +8,14 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use super::RunArgs;
-use crate::commit::CommitState;
-use crate::exit::{self, Outcome, Permanent};
 use crate::local_shards::LocalShards;
 use crate::logging;
-use crate::message::{ShardSpec, COMPLETION_INDEX_VAR};
 use crate::metrics;
 use crate::pipeline::{self, RunEnd, RunOptions};
-use crate::worker;
+use segpredict_checkpoint::commit::CommitState;
+use segpredict_core::exit::{self, Outcome, Permanent};
+use segpredict_core::message::{ShardSpec, COMPLETION_INDEX_VAR};
+use segpredict_worker as worker;
 
 pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
     if let Some(local) = args.local_shards {

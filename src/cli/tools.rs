@@ -7,10 +7,12 @@ use anyhow::{Context, Result};
 use clap::CommandFactory;
 
 use super::{CalibrateArgs, CheckArgs, Cli, InspectArgs, SpeedArgs};
-use crate::commit::{commit_run, CommitState, Totals};
 use crate::config::{Overrides, PipelineConfig};
-use crate::exit::Outcome;
-use crate::{pipeline, report, worker};
+use crate::pipeline;
+use segpredict_checkpoint::commit::{commit_run, CommitState, Totals};
+use segpredict_core::exit::Outcome;
+use segpredict_report as report;
+use segpredict_worker as worker;
 
 pub(super) fn check(args: CheckArgs) -> Result<()> {
     let config = args.pipeline.load(None)?;

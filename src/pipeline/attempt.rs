@@ -7,17 +7,17 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use super::{RunEnd, RunOptions};
-use crate::commit::commit_run;
 use crate::config::PipelineConfig;
-use crate::message::{BatchTotals, Calibration};
-use crate::reader::ReadPlan;
-use crate::report::{RunFacts, RunReport, StageReports};
-use crate::worker::{Worker, WorkerError};
-use crate::writer::batch_parts::add_batch_files;
-use crate::writer::checkpoint::{self, ShardDone, Start};
-use crate::writer::done::scan_committed;
-use crate::writer::manifest::{sha256_file, Fingerprint, RunManifest};
-use crate::writer::OutputLayout;
+use segpredict_checkpoint::batch_parts::add_batch_files;
+use segpredict_checkpoint::checkpoint::{self, ShardDone, Start};
+use segpredict_checkpoint::commit::commit_run;
+use segpredict_checkpoint::done::scan_committed;
+use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
+use segpredict_checkpoint::OutputLayout;
+use segpredict_core::message::{BatchTotals, Calibration};
+use segpredict_reader::ReadPlan;
+use segpredict_report::{RunFacts, RunReport, StageReports};
+use segpredict_worker::{Worker, WorkerError};
 
 /// This attempt's layout, the rows earlier attempts committed (predicted,
 /// rejected), the rows of this shard and the batches earlier attempts ran;
@@ -77,7 +77,7 @@ pub(super) fn run_facts(
     RunFacts {
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
-        device: crate::worker::device_name(model.device()),
+        device: segpredict_worker::device_name(model.device()),
         on_cuda: model.device().is_cuda(),
         model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
         input_files: plan.sources.len(),
@@ -95,7 +95,7 @@ pub(super) fn run_facts(
         shard: shard.is_sharded().then(|| shard.to_string()),
         skipped_files: plan.skipped.clone(),
         earlier_batches: earlier_batches.clone(),
-        batches_file: crate::writer::BATCHES.to_string(),
+        batches_file: segpredict_checkpoint::BATCHES.to_string(),
         warm_up_s: None,
         model_ready_s: None,
     }

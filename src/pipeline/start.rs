@@ -11,15 +11,15 @@ use anyhow::{anyhow, Result};
 use super::attempt::{run_facts, Attempt};
 use super::threads::Prepared;
 use super::{load_worker, Interrupted};
-use crate::bucketing::{default_size_classes, Bucketer};
 use crate::config::PipelineConfig;
-use crate::exit::Permanent;
-use crate::message::{BatchingStrategy, Calibration, Row};
-use crate::reader::ReadPlan;
-use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::{self, Worker};
-use crate::writer::checkpoint;
-use crate::writer::OutputLayout;
+use segpredict_bucketing::{default_size_classes, Bucketer};
+use segpredict_checkpoint::checkpoint;
+use segpredict_checkpoint::OutputLayout;
+use segpredict_core::exit::Permanent;
+use segpredict_core::message::{BatchingStrategy, Calibration, Row};
+use segpredict_reader::ReadPlan;
+use segpredict_worker::calibrate::{parse_size, CalibrationError};
+use segpredict_worker::{self as worker, Worker};
 
 /// Undoes what beginning the attempt wrote when its start-up failed (the
 /// model, its labels, the device, or a signal), so a rerun with the cause

@@ -16,16 +16,16 @@ use std::thread::{Scope, ScopedJoinHandle};
 use anyhow::Result;
 use crossbeam_channel::{bounded, Receiver};
 
-use crate::bucketing::{run_bucketing, BucketingConfig};
 use crate::config::PipelineConfig;
-use crate::message::{
+use crate::progress::show_progress;
+use segpredict_bucketing::{run_bucketing, BucketingConfig};
+use segpredict_checkpoint::{self as writer, OutputLayout, OutputSchema};
+use segpredict_core::message::{
     BucketingReport, LiveCounters, ReaderStats, RowChunk, WorkerReport, WriterMsg, WriterReport,
 };
-use crate::progress::show_progress;
-use crate::reader::{self, ReadPlan, UnitQueue};
-use crate::report::{RunFacts, StageReports};
-use crate::worker::Worker;
-use crate::writer::{self, OutputLayout, OutputSchema};
+use segpredict_reader::{self as reader, ReadPlan, UnitQueue};
+use segpredict_report::{RunFacts, StageReports};
+use segpredict_worker::Worker;
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.

@@ -1,0 +1,248 @@
+//! The read plan: every input file checked up front, and the frozen list of
+//! units of work (one row group of one file each) the reader threads share.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::{discover, OnBadFile, ReaderConfig, ReaderError};
+use segpredict_core::message::{
+    deal_units, DoneSet, IdKind, InputFile, Origin, ShardSpec, SkippedFile, Sources,
+};
+
+/// One row group of one file: the unit of parallel reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    /// Index into the plan's sources.
+    pub file_idx: u32,
+    pub row_group: usize,
+    /// The row group's first row within its file.
+    pub first_row: u64,
+    pub rows: u64,
+}
+
+/// The checked inputs of a run.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub sources: Sources,
+    pub id_kind: IdKind,
+    /// Rows of every input file: the run's whole input.
+    pub total_rows: u64,
+    /// Frozen once planned: readers index into it, never add to it.
+    units: Box<[Unit]>,
+    /// The units this process reads: its shard's, less those an earlier
+    /// attempt finished (all of them until [`ReadPlan::select`]).
+    selected: Box<[Unit]>,
+    /// Rows an earlier attempt finished, skipped as they are read.
+    done: Option<Arc<DoneSet>>,
+    /// Rows of this process's shard, finished or not (the whole input
+    /// until [`ReadPlan::select`]).
+    shard_rows: u64,
+    /// Files left out (`on_bad_file = "skip"`), with why.
+    pub skipped: Vec<SkippedFile>,
+}
+
+impl ReadPlan {
+    /// Row groups this process reads.
+    pub fn row_groups(&self) -> usize {
+        self.selected.len()
+    }
+
+    /// Every non-empty row group of every file, in file then row-group
+    /// order: the frozen list every shard deals from.
+    pub fn units(&self) -> &[Unit] {
+        &self.units
+    }
+
+    /// Keeps the units dealt to `shard` and, of those, the ones with rows
+    /// not in `done` (rows in `done` are skipped as they are read). Returns
+    /// the rows of the shard's units, done or not.
+    pub fn select(&mut self, shard: ShardSpec, done: Arc<DoneSet>) -> u64 {
+        let rows: Vec<u64> = self.units.iter().map(|u| u.rows).collect();
+        let dealt = deal_units(&rows, shard.count);
+        let ours = || {
+            self.units
+                .iter()
+                .zip(&dealt)
+                .filter(|(_, &s)| s == shard.index)
+        };
+        let shard_rows = ours().map(|(u, _)| u.rows).sum();
+        self.selected = ours()
+            .map(|(u, _)| *u)
+            .filter(|u| !done.all_done(u.file_idx, u.first_row, u.rows))
+            .collect();
+        self.done = Some(done).filter(|d| !d.is_empty());
+        self.shard_rows = shard_rows;
+        shard_rows
+    }
+
+    /// Rows of this process's shard, finished or not.
+    pub fn shard_rows(&self) -> u64 {
+        self.shard_rows
+    }
+
+    /// Rows earlier attempts finished: (predicted, rejected).
+    pub fn rows_done(&self) -> (u64, u64) {
+        self.done
+            .as_ref()
+            .map_or((0, 0), |d| (d.predicted(), d.rejected()))
+    }
+
+    /// Whether an earlier attempt finished this row.
+    pub fn is_done(&self, origin: &Origin) -> bool {
+        self.done
+            .as_ref()
+            .is_some_and(|d| d.contains(origin.file_idx, origin.row_idx))
+    }
+
+    pub fn skips_rows(&self) -> bool {
+        self.done.is_some()
+    }
+}
+
+/// The row groups the reader threads share: an index into the plan's frozen
+/// unit list, so the queue is bounded by construction and every unit is
+/// taken exactly once, in plan order.
+#[derive(Debug)]
+pub struct UnitQueue<'a> {
+    units: &'a [Unit],
+    next: AtomicUsize,
+}
+
+impl<'a> UnitQueue<'a> {
+    pub fn new(plan: &'a ReadPlan) -> Self {
+        Self {
+            units: &plan.selected,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next unit not yet taken by any thread; `None` when all are.
+    pub fn take(&self) -> Option<Unit> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        self.units.get(index).copied()
+    }
+}
+
+/// A file left out under `on_bad_file = "skip"`, with why (the error and
+/// its causes, in one line).
+fn skip(file: &InputFile, error: &ReaderError) -> SkippedFile {
+    let mut reason = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        reason += &format!(": {c}");
+        cause = c.source();
+    }
+    tracing::warn!(path = %file.path.display(), %reason, "skipping an unreadable input file");
+    SkippedFile {
+        path: file.path.clone(),
+        reason,
+    }
+}
+
+/// Every file's id column has the first file's kind.
+fn check_id_kind(
+    first: &mut Option<(IdKind, PathBuf)>,
+    kind: IdKind,
+    file: &InputFile,
+    column: &str,
+) -> Result<(), ReaderError> {
+    match first {
+        None => *first = Some((kind, file.path.clone())),
+        Some((expected, first)) if *expected != kind => {
+            return Err(ReaderError::IdKindMismatch {
+                path: file.path.clone(),
+                column: column.to_string(),
+                found: kind,
+                expected: *expected,
+                first: first.clone(),
+            })
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Opens a local Parquet file and reads its footer.
+pub(super) fn open_builder(
+    path: &std::path::Path,
+) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
+    let file = std::fs::File::open(path).map_err(|source| ReaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| ReaderError::NotParquet {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl ReaderConfig {
+    /// Finds the input files and checks every file's columns before any row
+    /// is read, so a wrong column fails in seconds, not hours into a night.
+    pub fn plan(&self) -> Result<ReadPlan, ReaderError> {
+        self.validate()?;
+        let found = discover::input_files(&self.path)?;
+        let mut files = Vec::with_capacity(found.len());
+        let mut skipped = Vec::new();
+        let mut units = Vec::new();
+        let mut id_kind: Option<(IdKind, PathBuf)> = None;
+        for mut file in found {
+            let file_idx = u32::try_from(files.len())
+                .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
+            let planned = self.plan_file(&mut file, file_idx, &mut units);
+            let kind = match (planned, self.on_bad_file) {
+                (Ok(kind), _) => kind,
+                (Err(error), OnBadFile::Skip) => {
+                    skipped.push(skip(&file, &error));
+                    continue;
+                }
+                (Err(error), OnBadFile::Fail) => return Err(error),
+            };
+            check_id_kind(&mut id_kind, kind, &file, &self.columns.id)?;
+            files.push(file);
+        }
+        let total_rows = files.iter().map(|f| f.rows).sum();
+        Ok(ReadPlan {
+            total_rows,
+            shard_rows: total_rows,
+            sources: Arc::new(files),
+            id_kind: id_kind.map_or(IdKind::Str, |(k, _)| k),
+            selected: units.clone().into_boxed_slice(),
+            units: units.into_boxed_slice(),
+            done: None,
+            skipped,
+        })
+    }
+
+    /// Checks one file's columns, records its rows and row groups, and adds
+    /// its non-empty row groups to `units`; returns its id column's kind.
+    fn plan_file(
+        &self,
+        file: &mut InputFile,
+        file_idx: u32,
+        units: &mut Vec<Unit>,
+    ) -> Result<IdKind, ReaderError> {
+        let builder = open_builder(&file.path)?;
+        let kind = self.columns.check_schema(builder.schema(), &file.path)?;
+        let mut first_row = 0u64;
+        let row_groups = builder.metadata().row_groups();
+        for (row_group, meta) in row_groups.iter().enumerate() {
+            let rows = u64::try_from(meta.num_rows()).unwrap_or(0);
+            if rows > 0 {
+                units.push(Unit {
+                    file_idx,
+                    row_group,
+                    first_row,
+                    rows,
+                });
+            }
+            first_row += rows;
+        }
+        file.rows = first_row;
+        file.row_groups = row_groups.len();
+        Ok(kind)
+    }
+}
