@@ -9,6 +9,7 @@
 //! stage stops at its next message, and the run returns that error.
 
 mod attempt;
+mod check;
 mod start;
 mod threads;
 
@@ -19,18 +20,18 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::config::PipelineConfig;
-use attempt::{begin_attempt, checkpoint_of, finish_shard, Begin};
+use attempt::{begin_attempt, finish_shard, Begin};
+pub use check::{check, Checked};
 use segpredict_bucketing::{default_size_classes, Bucketer};
 
-use segpredict_checkpoint::checkpoint::Verdict;
 use segpredict_checkpoint::commit::{commit_run, CommitState, RunSummary};
 
 use segpredict_core::message::{Calibration, ModelSpeed, Row, ShardSpec};
 use segpredict_reader::ReadPlan;
 use segpredict_report::{RunFacts, RunReport};
-use segpredict_worker::calibrate::{parse_size, CalibrationError};
+use segpredict_worker::calibrate::parse_size;
 use segpredict_worker::{self as worker, Worker};
-use start::{abandon_start, check_model_bound, memory_target, prepare_model};
+use start::{abandon_start, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -107,55 +108,6 @@ fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
         );
     }
     Ok(data)
-}
-
-/// What `check` found: the run would start.
-#[derive(Debug)]
-pub struct Checked {
-    pub files: usize,
-    pub rows: u64,
-    pub row_groups: usize,
-    /// As users write it: `cpu`, `cuda:0`.
-    pub device: String,
-    pub labels: usize,
-    /// What the run would do with its output (the verdict `run` acts on).
-    pub output: Verdict,
-    /// A finished run's recorded summary, for the exit code it ended with.
-    pub summary: Option<RunSummary>,
-}
-
-/// Everything [`run`] checks before its first row, in its order and with its
-/// errors, and nothing else: bucketing, input files and columns, model and
-/// labels (one tiny forward pass), device, the calibration target, and the
-/// output directory against this shard of the run, left untouched.
-pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
-    Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
-    let plan = config.readers.plan()?;
-    let model = load_worker(config)?;
-    check_model_bound(config, &model)?;
-    if config.auto_budget {
-        memory_target(config)?;
-        if !model.device().is_cuda() {
-            bail!(CalibrationError::NotCuda);
-        }
-    }
-    config.writers.validate()?;
-    let checkpoint = checkpoint_of(config, &plan, shard)?;
-    let output = checkpoint.verdict()?;
-    let summary = match output {
-        Verdict::Complete => RunSummary::read(&**checkpoint.store())?,
-        _ => None,
-    };
-    config.writers.check_writable()?;
-    Ok(Checked {
-        files: plan.sources.len(),
-        rows: plan.total_rows,
-        row_groups: plan.row_groups(),
-        device: worker::device_name(model.device()),
-        labels: model.labels().len(),
-        output,
-        summary,
-    })
 }
 
 /// What a run is asked to do beyond its pipeline file.

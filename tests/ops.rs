@@ -119,6 +119,11 @@ fn json_logs_are_json_lines_progress_included() {
     let input = sample_subset(dir.path(), "in.parquet", 300);
     let result = Pipeline::new(input, dir.path().join("out")).run(&["--log-format", "json"]);
     result.expect_code(0);
+    // stdout too: a container's two streams land in one log pipeline.
+    let summary = assert_json_lines(&result.stdout);
+    assert_eq!(summary.len(), 1, "{}", result.stdout);
+    assert_eq!(summary[0]["fields"]["message"], "run finished");
+    assert_eq!(summary[0]["fields"]["report"]["rows_out"], 300);
     let events = assert_json_lines(&result.stderr);
     let progress: Vec<_> = events
         .iter()

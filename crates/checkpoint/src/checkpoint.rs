@@ -225,8 +225,11 @@ impl Checkpoint {
     /// writes the attempt's marker.
     pub fn begin(&self) -> Result<Begun, CheckpointError> {
         // First without the lock, which is a file in the output: a location
-        // that is refused gets nothing written into it.
-        self.verdict()?;
+        // that is refused gets nothing written into it, and a finished run
+        // is not touched at all.
+        if self.verdict()? == Verdict::Complete {
+            return Ok(Begun::Complete);
+        }
         self.store.ensure()?;
         let lock = self.lock()?;
         // Again under the lock: another writer may have finished meanwhile.
@@ -330,11 +333,16 @@ impl Attempt {
     pub fn abandon(&self) -> Result<(), CheckpointError> {
         self.store.delete(&self.layout.attempt_marker())?;
         let keys = self.store.list("")?;
+        let own_lock = self.layout.lock();
+        // Another shard's lock means another process may be starting on
+        // this manifest: leave it.
         let only_manifest = keys.iter().all(|k| {
-            k == MANIFEST || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
+            k == MANIFEST || *k == own_lock || matches!(Name::parse(k), Some(Name::Temporary))
         });
         if only_manifest {
             self.store.delete(MANIFEST)?;
+            // Held by this process until it exits; nothing else is left.
+            self.store.delete(&own_lock)?;
         }
         Ok(())
     }
@@ -678,6 +686,8 @@ mod tests {
         attempt.abandon().unwrap();
         drop(attempt);
         assert_eq!(c.verdict().unwrap(), Verdict::New);
+        assert!(keys(dir.path()).is_empty(), "{:?}", keys(dir.path()));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         let mut other = manifest(1);
         other.fingerprint.model_sha256 = "99".into();
         let fixed = checkpoint(dir.path(), other, ShardSpec::WHOLE, false);

@@ -65,6 +65,12 @@ pub enum CommitError {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    #[error("reading {location}")]
+    Arrow {
+        location: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
     #[error("writing {location}")]
     Json {
         location: String,
@@ -79,7 +85,9 @@ impl CommitError {
     pub fn is_permanent(&self) -> bool {
         match self {
             CommitError::NoRun { .. } | CommitError::Accounting { .. } => true,
-            CommitError::Parquet { .. } | CommitError::Json { .. } => true,
+            CommitError::Parquet { .. } | CommitError::Arrow { .. } | CommitError::Json { .. } => {
+                true
+            }
             CommitError::Checkpoint(e) => e.is_permanent(),
             CommitError::Writer(e) => e.is_permanent(),
             CommitError::Store(e) => e.is_permanent(),

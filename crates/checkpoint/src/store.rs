@@ -246,12 +246,23 @@ impl Store for LocalStore {
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        match std::fs::remove_file(self.path(key)) {
+        let path = self.path(key);
+        match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(self.error("removing", key)(e))
+                return Err(self.error("removing", key)(e));
             }
-            _ => Ok(()),
+            _ => {}
         }
+        // Folders are only where keys live, as in an object store: the
+        // last key gone, its folder goes too (never the root; a folder
+        // that is not empty stays).
+        if let Some(folder) = path
+            .parent()
+            .filter(|f| *f != self.root && f.starts_with(&self.root))
+        {
+            let _ = std::fs::remove_dir(folder);
+        }
+        Ok(())
     }
 
     fn upload(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
