@@ -16,7 +16,7 @@ use segpredict_worker as worker;
 
 pub(super) fn check(args: CheckArgs) -> Result<()> {
     let config = args.pipeline.load(None)?;
-    worker::configure_allocator(&config.model);
+    worker::prepare_process(&config.model, &config.readers.columns.input_spec());
     let checked = pipeline::check(&config, args.shards)?;
     println!(
         "ok: {} file(s), {} rows in {} row groups; model answers {} labels on {}; output {} ({})",
@@ -80,8 +80,9 @@ pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
     }
 }
 
-/// A pipeline file on the device asked for (or its own), with the
-/// allocator setting in force before anything touches CUDA; returns that
+/// A pipeline file on the device asked for (or its own), with the process
+/// prepared before any thread starts (`worker::prepare_process`: the
+/// allocator setting in force before anything touches CUDA); returns that
 /// setting too.
 fn load_on_device(
     pipeline: &std::path::Path,
@@ -92,7 +93,7 @@ fn load_on_device(
         device,
         ..Overrides::default()
     });
-    let allocator = worker::configure_allocator(&config.model);
+    let allocator = worker::prepare_process(&config.model, &config.readers.columns.input_spec());
     Ok((config, allocator))
 }
 

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod calibrate;
 mod device;
 mod model;
+mod process;
 mod run;
 mod speed;
 pub mod split;
@@ -26,10 +27,9 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
 pub use backend::ModelFormat;
-pub use device::{
-    choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
-};
+pub use device::{choose_device, cuda_device_count, device_name, set_cudnn_benchmark};
 use model::Model;
+pub use process::prepare_process;
 use run::{Launch, Run};
 pub use torch_error::TorchError;
 
