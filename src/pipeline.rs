@@ -134,7 +134,7 @@ pub enum RunEnd {
 
 /// Predicts every row of the pipeline's input (of this shard's units) not
 /// committed by an earlier attempt, then commits the run if every shard is
-/// done; `allocator_conf` is what `worker::configure_allocator` put in
+/// done; `allocator_conf` is what `worker::prepare_process` put in
 /// force before any thread started.
 pub fn run(
     config: &PipelineConfig,

@@ -279,6 +279,30 @@ fn only_the_worker_touches_libtorch() {
     );
 }
 
+/// The one file allowed to change the environment: it does so before the
+/// process starts any thread (`prepare_process`).
+const ENVIRONMENT_OWNER: &str = "crates/worker/src/process.rs";
+
+/// A call that changes the process's environment: std's `set_var` or
+/// `remove_var`, or libc's `setenv`, `unsetenv` or `putenv`.
+fn changes_the_environment(code: &str) -> bool {
+    ["set_var(", "remove_var(", "setenv(", "putenv("]
+        .iter()
+        .any(|call| code.contains(call))
+}
+
+#[test]
+fn the_environment_is_changed_only_before_any_thread() {
+    let owner = root().join(ENVIRONMENT_OWNER);
+    let offences = offending_lines(|file, code| file != owner && changes_the_environment(code));
+    assert!(
+        offences.is_empty(),
+        "C and C++ code reads the environment without a lock: change it only in \
+         {ENVIRONMENT_OWNER}, before any thread starts:\n{}",
+        offences.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // Guards against a tidy test that passes because it reads nothing.
@@ -309,4 +333,19 @@ fn the_checks_see_what_they_check() {
         assert!(opens_an_unbounded_channel(unbounded), "{unbounded}");
     }
     assert!(!opens_an_unbounded_channel("let (tx, rx) = bounded(4);"));
+    for changes in [
+        "std::env::set_var(\"A\", \"1\");",
+        "    env::remove_var(VAR),",
+        "unsafe { libc::setenv(name, value, 1) };",
+        "libc::unsetenv(name);",
+    ] {
+        assert!(changes_the_environment(changes), "{changes}");
+    }
+    assert!(!changes_the_environment("let v = std::env::var_os(VAR);"));
+    let owner = root().join(ENVIRONMENT_OWNER);
+    let owned = std::fs::read_to_string(&owner).expect("the environment's owner exists");
+    assert!(
+        owned.lines().any(changes_the_environment),
+        "{ENVIRONMENT_OWNER} changes no variable: the check reads the wrong file"
+    );
 }

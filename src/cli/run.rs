@@ -22,9 +22,17 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         return run_local_shards(local);
     }
     let (shard, fraction) = (shard_of(&args)?, reject_fraction(&args)?);
-    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline.pipeline, shard));
-    let ran = args.pipeline.load(args.threads).and_then(|config| {
-        let allocator = worker::configure_allocator(&config.model);
+    let targets = args.metrics.targets(&args.pipeline.pipeline, shard);
+    // Before the exporter's thread, the first of the process: no
+    // environment variable is changed once a thread runs (see
+    // `worker::prepare_process`).
+    let loaded = args.pipeline.load(args.threads).map(|config| {
+        let inputs = config.readers.columns.input_spec();
+        let allocator = worker::prepare_process(&config.model, &inputs);
+        (config, allocator)
+    });
+    let exporter = metrics::Exporter::start(targets);
+    let ran = loaded.and_then(|(config, allocator)| {
         let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
         Ok((config, end))
     });

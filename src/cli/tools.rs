@@ -26,7 +26,7 @@ pub(super) fn check(args: RunArgs) -> Result<Outcome> {
         super::run::reject_fraction(&args)?,
     );
     let config = args.pipeline.load(args.threads)?;
-    worker::configure_allocator(&config.model);
+    worker::prepare_process(&config.model, &config.readers.columns.input_spec());
     let checked = pipeline::check(&config, shard)?;
     let dir = &config.writers.dir;
     let text = format!(
@@ -90,8 +90,9 @@ pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
     }
 }
 
-/// A pipeline file on the device asked for (or its own), with the
-/// allocator setting in force before anything touches CUDA; returns that
+/// A pipeline file on the device asked for (or its own), with the process
+/// prepared before any thread starts (`worker::prepare_process`: the
+/// allocator setting in force before anything touches CUDA); returns that
 /// setting too.
 fn load_on_device(
     pipeline: &std::path::Path,
@@ -102,7 +103,7 @@ fn load_on_device(
         device,
         ..Overrides::default()
     });
-    let allocator = worker::configure_allocator(&config.model);
+    let allocator = worker::prepare_process(&config.model, &config.readers.columns.input_spec());
     Ok((config, allocator))
 }
 

@@ -1,6 +1,6 @@
 //! The device and the libtorch settings that must be made before the model
-//! loads: the caching allocator's configuration and cuDNN's benchmark mode;
-//! and CUDA's libraries initialised while it loads.
+//! loads: cuDNN's benchmark mode; and CUDA's libraries initialised while it
+//! loads. (The allocator's configuration is process state: `process.rs`.)
 
 use tch::{Device, Kind, Tensor};
 
@@ -43,25 +43,6 @@ pub fn device_name(device: Device) -> String {
         Device::Mps => "mps".into(),
         Device::Vulkan => "vulkan".into(),
     }
-}
-
-/// Sets the allocator before anything touches CUDA: libtorch reads
-/// `PYTORCH_ALLOC_CONF` once, at its first device allocation. A value the
-/// user exported wins. Returns the setting in force.
-///
-/// Call it from `main` before any thread exists, so no one reads the
-/// environment concurrently.
-pub fn configure_allocator(config: &ModelConfig) -> Option<String> {
-    for name in ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"] {
-        if let Ok(value) = std::env::var(name) {
-            return Some(value);
-        }
-    }
-    if config.allocator.is_empty() {
-        return None;
-    }
-    std::env::set_var("PYTORCH_ALLOC_CONF", &config.allocator);
-    Some(config.allocator.clone())
 }
 
 /// cuDNN benchmark mode re-tunes for every new input shape, so it is allowed

@@ -10,7 +10,8 @@ pub mod backend;
 pub mod calibrate;
 mod device;
 mod model;
-mod probe;
+mod process;
+mod run;
 mod speed;
 pub mod split;
 mod torch_error;
@@ -26,16 +27,13 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
 pub use backend::ModelFormat;
-pub use device::{
-    choose_device, configure_allocator, cuda_device_count, device_name, set_cudnn_benchmark,
-};
+pub use device::{choose_device, cuda_device_count, device_name, set_cudnn_benchmark};
 use model::Model;
-use split::{reject_rows, split_in_half, unpadded, Split};
+pub use process::prepare_process;
+use run::{Launch, Run};
 pub use torch_error::TorchError;
 
-use segpredict_core::message::{
-    Batch, BatchRecord, InputSpec, MemoryStats, Predictions, RejectKind, WorkerReport, WriterMsg,
-};
+use segpredict_core::message::{Batch, InputSpec, MemoryStats, WorkerReport, WriterMsg};
 
 /// `[model]`: the model file (TorchScript or AOTInductor package) and its
 /// format, its labels and the device.
@@ -266,22 +264,6 @@ pub struct Worker {
     fault_oom_above: Option<usize>,
 }
 
-/// A batch queued on the device whose answers have not been collected.
-struct InFlight {
-    batch: Batch,
-    launched: model::Launched,
-    split_depth: u32,
-    started: Instant,
-    launch_ms: f64,
-    memory: Option<MemoryStats>,
-}
-
-enum Launch {
-    Queued(InFlight),
-    /// The model failed while queueing (an out-of-memory shows here).
-    Failed(Batch, TorchError),
-}
-
 impl Worker {
     /// Labels, device, cuDNN mode and model: everything the worker needs,
     /// loaded and checked before any thread starts. `padded_shapes` says
@@ -383,283 +365,46 @@ impl Worker {
             // one core, and wait on its slowest member.
             tch::set_num_threads(1);
         }
-        let mut report = WorkerReport::default();
-        let mut in_flight: Option<InFlight> = None;
+        let mut run = Run {
+            worker: &self,
+            out: &out,
+            budget,
+            report: WorkerReport::default(),
+        };
+        let mut in_flight = None;
         for batch in batches {
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
-            let writers_open = match self.launch(batch, 0, &mut report)? {
+            let writers_open = match run.launch(batch, 0)? {
                 Launch::Queued(next) => match in_flight.replace(next) {
-                    Some(previous) => self.finish(previous, &out, budget, &mut report)?,
+                    Some(previous) => run.finish(previous)?,
                     None => true,
                 },
-                Launch::Failed(batch, error) => {
+                Launch::Failed(batch, failure) => {
                     // Collect what is queued first: its answers are due, and
                     // recovery empties the cache.
                     let previous_sent = match in_flight.take() {
-                        Some(previous) => self.finish(previous, &out, budget, &mut report)?,
+                        Some(previous) => run.finish(previous)?,
                         None => true,
                     };
-                    previous_sent && self.recover(batch, 0, error, &out, budget, &mut report)?
+                    previous_sent && run.recover(batch, 0, failure)?
                 }
             };
             if !writers_open {
-                return Ok(report);
+                return Ok(run.report);
             }
         }
         if let Some(last) = in_flight {
-            self.finish(last, &out, budget, &mut report)?;
+            run.finish(last)?;
         }
-        Ok(report)
+        Ok(run.report)
     }
 
-    /// Queues one batch on the device. Memory statistics are read right
-    /// after: allocations happen when operations are queued, so the window
-    /// between the peak reset and the read covers this batch's.
-    fn launch(
-        &self,
-        batch: Batch,
-        split_depth: u32,
-        report: &mut WorkerReport,
-    ) -> Result<Launch, WorkerError> {
-        let started = Instant::now();
-        self.reset_peaks()?;
-        let launched = self.forward(&batch);
-        report.busy += started.elapsed();
-        Ok(match launched {
-            Ok(launched) => Launch::Queued(InFlight {
-                memory: self.memory_stats()?,
-                launch_ms: started.elapsed().as_secs_f64() * 1e3,
-                batch,
-                launched,
-                split_depth,
-                started,
-            }),
-            Err(error) => Launch::Failed(batch, error),
-        })
-    }
-
-    /// Waits for a queued batch's answers and sends them to the writers;
-    /// false when the writers have gone.
-    fn finish(
-        &self,
-        flight: InFlight,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        let waiting = Instant::now();
-        let answers = flight.launched.wait();
-        report.busy += waiting.elapsed();
-        let batch = flight.batch;
-        match answers {
-            Ok(predicted) => {
-                let record = BatchRecord {
-                    seq: batch.seq,
-                    rows: batch.rows.len(),
-                    segments: batch.n_segments,
-                    padded_segments: batch.padded_segments,
-                    flush_reason: batch.flush_reason,
-                    queued_at_ms: self.millis_since_epoch(flight.started),
-                    launch_ms: flight.launch_ms,
-                    done_at_ms: self.millis_since_epoch(Instant::now()),
-                    wall_ms: flight.started.elapsed().as_secs_f64() * 1e3,
-                    device_ms: predicted.device_ms,
-                    split_depth: flight.split_depth,
-                    memory: flight.memory,
-                };
-                report.batches.add(&record);
-                report.memory.add(&record);
-                report.plot.add(&record);
-                let predictions = Predictions {
-                    rows: batch.rows,
-                    label_ids: predicted.label_ids,
-                    scores: predicted.scores,
-                };
-                // The record goes to disk with the rows, not into memory.
-                Ok(out.send(WriterMsg::Predictions(predictions)).is_ok()
-                    && out.send(WriterMsg::Batch(record)).is_ok())
-            }
-            Err(error) => self.recover(batch, flight.split_depth, error, out, budget, report),
-        }
-    }
-
-    /// Predicts one batch start to finish (the recovery path runs its pieces
-    /// one at a time); false when the writers have gone.
-    fn run_batch(
-        &self,
-        batch: Batch,
-        split_depth: u32,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        match self.launch(batch, split_depth, report)? {
-            Launch::Queued(flight) => self.finish(flight, out, budget, report),
-            Launch::Failed(batch, error) => {
-                self.recover(batch, split_depth, error, out, budget, report)
-            }
-        }
-    }
-
-    /// An out-of-memory is recovered from (when allowed); any other model
-    /// error ends the run, naming the batch.
-    fn recover(
-        &self,
-        batch: Batch,
-        split_depth: u32,
-        error: TorchError,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        if let Some(limit) = self.over_the_bound(&batch) {
-            return self.keep_to_the_bound(batch, limit, split_depth, out, budget, report);
-        }
-        if self.oom_recovery && error.is_out_of_memory() {
-            report.oom_events += 1;
-            return self.recover_from_oom(batch, split_depth, &error, out, budget, report);
-        }
-        if error.may_be_the_rows() {
-            return self.isolate_failing_rows(batch, split_depth, &error, out, budget, report);
-        }
-        Err(WorkerError::Forward {
-            seq: batch.seq,
-            rows: batch.rows.len(),
-            segments: batch.n_segments,
-            source: error,
-        })
-    }
-
-    /// A model error that a row may cause: the batch is split in halves,
-    /// like an out-of-memory one, until the row(s) that fail alone are
-    /// found; they are rejected with the model's own message, the rest is
-    /// predicted.
-    /// A batch over the package's bound (which `forward` refuses to run) is
-    /// split in halves until each fits; a row over it alone is rejected as
-    /// `too_many_segments`.
-    fn keep_to_the_bound(
-        &self,
-        batch: Batch,
-        limit: usize,
-        split_depth: u32,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        match split_in_half(batch) {
-            Split::Halves(first, second) => {
-                self.run_halves([first, second], split_depth, out, budget, report)
-            }
-            Split::Lone(lone) => {
-                let reason = format!(
-                    "{} segments, more than the {limit} a batch this model takes (its package's segpredict.max_segments)",
-                    lone.n_segments
-                );
-                Ok(reject_rows(lone, RejectKind::TooManySegments, &reason, out))
-            }
-        }
-    }
-
-    /// The model's bound, when `batch` is over it.
-    fn over_the_bound(&self, batch: &Batch) -> Option<usize> {
-        self.max_segments()
-            .filter(|&limit| batch.padded_segments > limit)
-    }
-
-    fn isolate_failing_rows(
-        &self,
-        batch: Batch,
-        split_depth: u32,
-        error: &TorchError,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        tracing::warn!(seq = batch.seq, rows = batch.rows.len(), %error,
-            "the model failed on a batch; looking for the row(s) that fail alone");
-        match split_in_half(batch) {
-            Split::Halves(first, second) => {
-                self.run_halves([first, second], split_depth, out, budget, report)
-            }
-            Split::Lone(lone) => Ok(reject_rows(
-                lone,
-                RejectKind::ModelError,
-                &format!("the model failed on this row: {}", error.cause()),
-                out,
-            )),
-        }
-    }
-
-    fn recover_from_oom(
-        &self,
-        batch: Batch,
-        split_depth: u32,
-        error: &TorchError,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        alloc::empty_cache()?;
-        // Padding is the cheapest thing to give up: a lone row is retried
-        // unpadded before it is rejected; a batch is split in halves.
-        let retry_size = match batch.rows.len() {
-            1 => batch.n_segments,
-            _ => (batch.n_segments / 2).max(1),
-        };
-        budget.fetch_min(retry_size, Ordering::Relaxed);
-        tracing::warn!(
-            seq = batch.seq,
-            rows = batch.rows.len(),
-            segments = batch.n_segments,
-            padded_segments = batch.padded_segments,
-            budget = budget.load(Ordering::Relaxed),
-            "out of memory; retrying smaller and lowering the segment budget"
-        );
-        match split_in_half(batch) {
-            Split::Halves(first, second) => {
-                self.run_halves([first, second], split_depth, out, budget, report)
-            }
-            Split::Lone(lone) if lone.padded_segments > lone.n_segments => {
-                self.run_batch(unpadded(lone), split_depth + 1, out, budget, report)
-            }
-            Split::Lone(lone) => {
-                let reason = format!(
-                    "out of memory on a row of {} segments alone: {}",
-                    lone.n_segments, error
-                );
-                Ok(reject_rows(lone, RejectKind::OomSingleRow, &reason, out))
-            }
-        }
-    }
-
-    /// Runs the two halves of a split batch one after the other.
-    fn run_halves(
-        &self,
-        halves: [Batch; 2],
-        split_depth: u32,
-        out: &Sender<WriterMsg>,
-        budget: &AtomicUsize,
-        report: &mut WorkerReport,
-    ) -> Result<bool, WorkerError> {
-        for half in halves {
-            if !self.run_batch(half, split_depth + 1, out, budget, report)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
+    /// The model queued on `batch` (see [`Model::launch`]), with the
+    /// testing aid's injected out-of-memory. The caller keeps `batch`
+    /// within the package's bound ([`Worker::max_segments`]).
     fn forward(&self, batch: &Batch) -> Result<model::Launched, TorchError> {
-        if let Some(limit) = self.over_the_bound(batch) {
-            // Never past a package's bound (its kernels' indices would
-            // overflow): `recover` splits the batch to fit it.
-            return Err(TorchError::Failed(tch::TchError::Torch(format!(
-                "{} segments, more than the {limit} this package was exported to take (segpredict.max_segments)",
-                batch.padded_segments
-            ))));
-        }
         if let Some(limit) = self.fault_oom_above {
             if batch.padded_segments > limit {
                 // Classified like a real one: through `TorchError::from`.
@@ -670,6 +415,17 @@ impl Worker {
             }
         }
         self.model.launch(batch)
+    }
+
+    /// Runs the model on one row of one synthetic segment at start-up: a
+    /// model whose outputs do not match the labels file, or whose `forward`
+    /// does not take the pipeline's inputs, fails in seconds instead of at
+    /// the first batch of the night (the model checks that it answers one
+    /// score per label).
+    fn probe(&self) -> Result<(), TorchError> {
+        let _no_grad = tch::no_grad_guard();
+        let batch = calibrate::synthetic_batch(&self.inputs, 1);
+        self.model.launch(&batch)?.wait().map(|_| ())
     }
 
     /// Whether the weights were laid out channels-last.

@@ -66,7 +66,7 @@ impl Model {
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
-        let backend = load_backend(config, device, config.dtype.kind(), inputs, n_labels)?;
+        let backend = load_backend(config, device, config.dtype.kind())?;
         let kind = backend.input_kind().unwrap_or(config.dtype.kind());
         Ok(Self {
             backend,

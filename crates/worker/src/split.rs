@@ -1,4 +1,5 @@
-//! Splitting a batch after an out-of-memory: halves of about equal
+//! Splitting a batch that failed (out of memory, over the package's bound,
+//! a row the model fails on): halves of about equal
 //! segments, or a lone row without its padding.
 
 use crossbeam_channel::Sender;

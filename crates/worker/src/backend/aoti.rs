@@ -4,14 +4,15 @@
 //! A package is compiled ahead of time for one device type (and, on CPU,
 //! one instruction set), with its dtype fixed. So loading checks the
 //! package's metadata against the run before its compiled code is opened,
-//! and [`AotiPackage::check_inputs`] runs one tiny forward pass built from
-//! the pipeline's inputs, so a wrong input count or dtype is found at
-//! start-up, before any row is read.
+//! and [`check_inputs_of`] runs one tiny forward pass of a checking copy
+//! built from the pipeline's inputs, so a wrong input count or dtype is
+//! found at start-up, before any row is read.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::{Mutex, PoisonError};
 
 use tch::{Device, Kind, Tensor};
 
@@ -152,6 +153,11 @@ pub enum AotiError {
         #[source]
         source: PackageError,
     },
+    #[error(
+        "model {path}: its inputs were not checked before the run's threads started \
+         (segpredict_worker::prepare_process was not called); a bug in segpredict"
+    )]
+    InputsUnchecked { path: PathBuf },
     #[error("model {path} does not take this pipeline's inputs")]
     Inputs {
         path: PathBuf,
@@ -236,46 +242,12 @@ unsafe impl Send for AotiPackage {}
 
 impl AotiPackage {
     /// Checks the package against the run (device type, CPU instruction
-    /// set, settings) and against the pipeline's inputs (see
-    /// [`check_inputs`]), then loads it on `device`.
-    pub fn load(
-        path: &Path,
-        device: Device,
-        settings: AotiSettings,
-        inputs: &InputSpec,
-        n_labels: usize,
-    ) -> Result<Self, AotiError> {
-        let metadata = read_metadata(path)?;
-        check_device(path, &metadata, device)?;
-        if device == Device::Cpu {
-            check_machine(path, &metadata)?;
-            check_cpu_isa(path, &metadata, &host_cpu_flags())?;
-        }
-        let kind = package_kind(path, &metadata, settings)?;
-        let max_segments =
-            metadata
-                .max_segments()
-                .transpose()
-                .map_err(|value| AotiError::BadBound {
-                    path: path.to_path_buf(),
-                    value: value.to_string(),
-                })?;
-        let package = |handle| Self {
-            handle,
-            path: path.to_path_buf(),
-            device,
-            kind,
-            max_segments,
-        };
-        let started = std::time::Instant::now();
-        let checking = with_input_checks(|| load_package(path, device))?;
-        let loaded = started.elapsed().as_secs_f64();
-        check_inputs(&package(checking), inputs, n_labels)?;
-        tracing::debug!(
-            load_s = loaded,
-            check_s = started.elapsed().as_secs_f64() - loaded,
-            "package: the checking copy loaded and run"
-        );
+    /// set, settings), takes the outcome of its input check (made before
+    /// the process's threads started: [`check_inputs_of`]), then loads it on
+    /// `device`.
+    pub fn load(path: &Path, device: Device, settings: AotiSettings) -> Result<Self, AotiError> {
+        let (metadata, kind, max_segments) = checked_metadata(path, device, settings)?;
+        take_input_check(path)?;
         tracing::info!(
             path = %path.display(),
             device = metadata.device_key().unwrap_or(""),
@@ -286,16 +258,19 @@ impl AotiPackage {
         if device.is_cuda() {
             warn_of_generated_scans(path);
         }
-        // After the check, not beside it: AOTInductor's loader crashed
-        // (SIGSEGV) when two loads ran at once on the H200, and this second
-        // load takes 6-10 ms (benches/gpu/RESULTS.md, session 7).
         let started = std::time::Instant::now();
-        let running = package(load_package(path, device)?);
+        let handle = load_package(path, device)?;
         tracing::debug!(
             seconds = started.elapsed().as_secs_f64(),
             "package: the running copy loaded"
         );
-        Ok(running)
+        Ok(Self {
+            handle,
+            path: path.to_path_buf(),
+            device,
+            kind,
+            max_segments,
+        })
     }
 
     /// `(segments, segment_counts, *extras)`, on the package's device, in
@@ -322,6 +297,95 @@ impl AotiPackage {
         }
         // SAFETY: `out` is a new `at::Tensor*` owned by no one else.
         Ok(unsafe { Tensor::from_ptr(out as *mut torch_sys::C_tensor) })
+    }
+}
+
+/// The package's metadata checked against the run, before its compiled
+/// code is opened (a CUDA package's cannot even be loaded on a CPU-only
+/// machine, and another CPU's would die of SIGILL): the metadata, the dtype
+/// it takes and its segment bound.
+fn checked_metadata(
+    path: &Path,
+    device: Device,
+    settings: AotiSettings,
+) -> Result<(PackageMetadata, Kind, Option<usize>), AotiError> {
+    let metadata = read_metadata(path)?;
+    check_device(path, &metadata, device)?;
+    if device == Device::Cpu {
+        check_machine(path, &metadata)?;
+        check_cpu_isa(path, &metadata, &host_cpu_flags())?;
+    }
+    let kind = package_kind(path, &metadata, settings)?;
+    let max_segments =
+        metadata
+            .max_segments()
+            .transpose()
+            .map_err(|value| AotiError::BadBound {
+                path: path.to_path_buf(),
+                value: value.to_string(),
+            })?;
+    Ok((metadata, kind, max_segments))
+}
+
+/// Checks the package against the run as [`AotiPackage::load`] does, then
+/// loads a copy of it and runs that copy once on inputs shaped as the
+/// pipeline's ([`check_inputs`]). The caller has switched AOTInductor's
+/// input checks on for this copy (`process.rs` says how and why); the copy
+/// is dropped after.
+pub fn check_inputs_of(
+    path: &Path,
+    device: Device,
+    settings: AotiSettings,
+    inputs: &InputSpec,
+    n_labels: usize,
+) -> Result<(), AotiError> {
+    let (_, kind, max_segments) = checked_metadata(path, device, settings)?;
+    let started = std::time::Instant::now();
+    let checking = AotiPackage {
+        handle: load_package(path, device)?,
+        path: path.to_path_buf(),
+        device,
+        kind,
+        max_segments,
+    };
+    let loaded = started.elapsed().as_secs_f64();
+    check_inputs(&checking, inputs, n_labels)?;
+    tracing::debug!(
+        load_s = loaded,
+        check_s = started.elapsed().as_secs_f64() - loaded,
+        "package: the checking copy loaded and run"
+    );
+    Ok(())
+}
+
+/// The outcome of the input check of the package at a path, from
+/// [`record_input_check`] (made before the threads) to
+/// [`AotiPackage::load`] (on the model's loading thread).
+static INPUT_CHECK: Mutex<Option<(PathBuf, Result<(), AotiError>)>> = Mutex::new(None);
+
+/// Keeps the outcome of [`check_inputs_of`] for `path` until the package loads.
+pub fn record_input_check(path: &Path, outcome: Result<(), AotiError>) {
+    let mut record = INPUT_CHECK.lock().unwrap_or_else(PoisonError::into_inner);
+    *record = Some((path.to_path_buf(), outcome));
+}
+
+/// The recorded outcome of `path`'s input check: a failure is reported
+/// once; a pass stays recorded for later loads in the same process.
+fn take_input_check(path: &Path) -> Result<(), AotiError> {
+    let mut record = INPUT_CHECK.lock().unwrap_or_else(PoisonError::into_inner);
+    match record.take() {
+        Some((checked, outcome)) if checked == path => {
+            if outcome.is_ok() {
+                *record = Some((checked, Ok(())));
+            }
+            outcome
+        }
+        other => {
+            *record = other;
+            Err(AotiError::InputsUnchecked {
+                path: path.to_path_buf(),
+            })
+        }
     }
 }
 
@@ -409,7 +473,7 @@ fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Res
     let probe = || -> Result<(), ProbeError> {
         let _no_grad = tch::no_grad_guard();
         let inputs = probe_inputs(spec, package.device, package.kind)?;
-        let logits = with_input_checks(|| package.run(&inputs))?;
+        let logits = package.run(&inputs)?;
         let size = logits.size();
         if size != [PROBE_ROWS, n_labels as i64] {
             return Err(ProbeError::Shape {
@@ -619,27 +683,6 @@ fn dtype_kind(dtype: ModelDtype) -> Kind {
         ModelDtype::Bf16 => Kind::BFloat16,
         ModelDtype::F16 => Kind::Half,
     }
-}
-
-/// AOTInductor compiles checks of every input's dtype, shape and device
-/// into each package, run only when `AOTI_RUNTIME_CHECK_INPUTS` is set at
-/// the first run of a loaded package (each load extracts its own copy of the
-/// compiled code, which reads the variable once). Without them a wrong
-/// dtype is read as garbage; with them it is an error naming the input. But
-/// they also refuse any dynamic size below 2 (one row, no tags), which
-/// batches have: so only the start-up check's copy runs with them. Runs at
-/// start-up, while no other thread runs libtorch: the readers only read
-/// Parquet, and the device is primed for TorchScript models alone.
-fn with_input_checks<T>(body: impl FnOnce() -> T) -> T {
-    const VAR: &str = "AOTI_RUNTIME_CHECK_INPUTS";
-    let previous = std::env::var_os(VAR);
-    std::env::set_var(VAR, "1");
-    let result = body();
-    match previous {
-        Some(value) => std::env::set_var(VAR, value),
-        None => std::env::remove_var(VAR),
-    }
-    result
 }
 
 fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiError> {

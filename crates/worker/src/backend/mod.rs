@@ -69,14 +69,12 @@ pub trait ModelBackend: Send {
 }
 
 /// Loads the model file of `config` on `device` with weights of `kind`.
-/// A package is checked against the pipeline's `inputs` and `n_labels` at
-/// once, by one forward pass.
+/// A package must have had its inputs checked first, before the process's
+/// threads started ([`crate::prepare_process`]); its outcome is reported here.
 pub fn load_backend(
     config: &ModelConfig,
     device: Device,
     kind: Kind,
-    inputs: &InputSpec,
-    n_labels: usize,
 ) -> Result<Box<dyn ModelBackend>, WorkerError> {
     if !config.path.is_file() {
         return Err(WorkerError::ModelMissing {
@@ -96,18 +94,42 @@ pub fn load_backend(
             Ok(Box::new(model))
         }
         ModelFormat::Aoti => {
-            let settings = aoti::AotiSettings {
-                channels_last: config.channels_last,
-                dtype: config.dtype,
-                jit_profiling: config.jit_profiling,
-            };
-            // Not primed: loading a package runs it once with its input
-            // checks switched on through the environment, which C++ code on
-            // a second thread could be reading (and that run initialises the
-            // libraries anyway).
-            let package = AotiPackage::load(&config.path, device, settings, inputs, n_labels)?;
+            // Not primed: priming cuDNN and cuBLAS beside a package's
+            // loading made the first batch later on the H200 (0.828 s
+            // against 0.777, medians of 6; benches/gpu/RESULTS.md, session
+            // 8), and a package's first run initialises them anyway.
+            let package = AotiPackage::load(&config.path, device, aoti_settings(config))?;
             Ok(Box::new(package))
         }
+    }
+}
+
+/// Whether `config`'s model file is an AOTInductor package (by its content,
+/// or by `format` where the content is unclear); false for a missing file.
+pub fn is_package(config: &ModelConfig) -> bool {
+    config.path.is_file() && matches!(resolve_format(config), Ok(ModelFormat::Aoti))
+}
+
+/// Runs a package's start-up input check ([`aoti::check_inputs_of`]) and
+/// records its outcome for [`AotiPackage::load`]. Nothing is recorded when
+/// the labels or the device are wrong: loading reports those first.
+pub fn check_package_inputs(config: &ModelConfig, inputs: &InputSpec) {
+    let (Ok(labels), Ok(device)) = (
+        crate::load_labels(&config.labels),
+        crate::choose_device(&config.device),
+    ) else {
+        return;
+    };
+    let settings = aoti_settings(config);
+    let checked = aoti::check_inputs_of(&config.path, device, settings, inputs, labels.len());
+    aoti::record_input_check(&config.path, checked);
+}
+
+fn aoti_settings(config: &ModelConfig) -> aoti::AotiSettings {
+    aoti::AotiSettings {
+        channels_last: config.channels_last,
+        dtype: config.dtype,
+        jit_profiling: config.jit_profiling,
     }
 }
 
