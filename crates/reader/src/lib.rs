@@ -9,6 +9,7 @@
 mod columns;
 mod decode;
 mod discover;
+mod overlap;
 mod panics;
 mod plan;
 mod survey;
@@ -22,6 +23,7 @@ use serde::Deserialize;
 
 pub use columns::ColumnMapping;
 pub use decode::DecodeError;
+pub use overlap::check_output_outside_input;
 pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
 pub use survey::{
@@ -124,6 +126,13 @@ pub enum ReaderError {
     },
     #[error("starting the decode threads")]
     DecodePool(#[source] rayon::ThreadPoolBuildError),
+    #[error("the output directory {output} {how} the input {input}: write the output elsewhere")]
+    OutputOverlapsInput {
+        output: PathBuf,
+        input: PathBuf,
+        /// `is`, `lies inside` or `contains`.
+        how: &'static str,
+    },
     #[error("invalid [readers] section: {0}")]
     Config(String),
 }
