@@ -12,7 +12,8 @@ use segpredict_core::message::InputFile;
 /// any part of their path below the glob's literal root starts with `_` or
 /// `.` (so `out/**/*.parquet` never reads `_batches.parquet` or
 /// `_progress/`). The order is sorted so runs are repeatable.
-/// Rows and row groups are filled in when the plan reads the footers.
+/// Rows, row groups and the footer hash are filled in when the plan reads
+/// the footers.
 pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
     input_paths(path)?.into_iter().map(located).collect()
 }
@@ -45,6 +46,7 @@ fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
         path,
         rows: 0,
         row_groups: 0,
+        footer_sha256: String::new(),
     })
 }
 
