@@ -222,6 +222,10 @@ pub enum RejectKind {
     /// file in `_rejects.parquet`, with no `source_row`. Not an input row:
     /// a file that cannot be read has no rows the run could count.
     BadFile,
+    /// A row of a row group that failed to decode mid-run (a corrupt page)
+    /// under `on_bad_file = "skip"`: its file and row are named, its id is
+    /// null (it could not be read), the reason is the decoder's error.
+    BadRowGroup,
 }
 
 impl RejectKind {
@@ -239,6 +243,7 @@ impl RejectKind {
             RejectKind::ModelError => "model_error",
             RejectKind::TooManySegments => "too_many_segments",
             RejectKind::BadFile => "bad_file",
+            RejectKind::BadRowGroup => "bad_row_group",
         }
     }
 }
