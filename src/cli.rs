@@ -59,7 +59,7 @@ enum Command {
     /// Check everything `run` checks before its first row (input files and
     /// columns, model, labels against the model's outputs, device, output
     /// directory) and stop; exit codes as `run`.
-    Check(CheckArgs),
+    Check(RunArgs),
     /// Describe Parquet input without predicting: rows, schema, suggested
     /// columns, segments per row and, with a pipeline, its batch plan.
     Inspect(InspectArgs),
@@ -132,16 +132,6 @@ impl PipelineArgs {
         }
         Ok(config)
     }
-}
-
-#[derive(Debug, clap::Args)]
-struct CheckArgs {
-    #[command(flatten)]
-    pipeline: PipelineArgs,
-    /// The number of shards the run will have (`run --shards N` or
-    /// `--shard I/N`): the output directory is checked against it.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    shards: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -320,7 +310,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args, cancel),
             Command::Calibrate(args) => tools::calibrate(args).map(|()| Outcome::Done),
             Command::Commit(args) => tools::commit(&args.dir),
-            Command::Check(args) => tools::check(args).map(|()| Outcome::Done),
+            Command::Check(args) => tools::check(args),
             Command::Speed(args) => tools::speed(args).map(|()| Outcome::Done),
             Command::Inspect(args) => tools::inspect(args).map(|()| Outcome::Done),
             Command::Completions { shell } => tools::completions(shell).map(|()| Outcome::Done),

@@ -433,17 +433,17 @@ type FromReport = fn(&RunReport) -> Option<f64>;
 /// the stage busy times and the timestamps.
 const FROM_REPORT: &[(&str, &str, FromReport)] = &[
     ("segpredict_rows_in", "Rows in the run's input.", |r| {
-        Some(r.rows_in as f64)
+        Some(r.rows.rows_in as f64)
     }),
     (
         "segpredict_rows_predicted_total",
         "Rows predicted and written.",
-        |r| Some(r.rows_out as f64),
+        |r| Some(r.rows.rows_out as f64),
     ),
     (
         "segpredict_rows_rejected_total",
         "Rows rejected (see _rejects.parquet).",
-        |r| Some(r.rows_rejected as f64),
+        |r| Some(r.rows.rows_rejected as f64),
     ),
     ("segpredict_segments_total", "Segments predicted.", |r| {
         Some(r.segments as f64)

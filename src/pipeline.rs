@@ -19,11 +19,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::config::PipelineConfig;
-use attempt::{begin_attempt, finish_shard, Attempt};
+use attempt::{begin_attempt, checkpoint_of, finish_shard, Begin};
 use segpredict_bucketing::{default_size_classes, Bucketer};
-use segpredict_checkpoint::checkpoint::{self, DirState};
-use segpredict_checkpoint::commit::{commit_run, CommitState};
-use segpredict_checkpoint::manifest::RunManifest;
+
+use segpredict_checkpoint::checkpoint::Verdict;
+use segpredict_checkpoint::commit::{commit_run, CommitState, RunSummary};
+
 use segpredict_core::message::{Calibration, ModelSpeed, Row, ShardSpec};
 use segpredict_reader::ReadPlan;
 use segpredict_report::{RunFacts, RunReport};
@@ -117,15 +118,17 @@ pub struct Checked {
     /// As users write it: `cpu`, `cuda:0`.
     pub device: String,
     pub labels: usize,
-    /// What the run would find in the output directory.
-    pub output: DirState,
+    /// What the run would do with its output (the verdict `run` acts on).
+    pub output: Verdict,
+    /// A finished run's recorded summary, for the exit code it ended with.
+    pub summary: Option<RunSummary>,
 }
 
 /// Everything [`run`] checks before its first row, in its order and with its
 /// errors, and nothing else: bucketing, input files and columns, model and
 /// labels (one tiny forward pass), device, the calibration target, and the
-/// output directory against a run of `shards` shards, left untouched.
-pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
+/// output directory against this shard of the run, left untouched.
+pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     let plan = config.readers.plan()?;
     let model = load_worker(config)?;
@@ -137,8 +140,12 @@ pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
         }
     }
     config.writers.validate()?;
-    let manifest = RunManifest::new(attempt::fingerprint(config)?, &plan.sources, shards);
-    let output = checkpoint::inspect_dir(&config.writers.dir, &manifest, config.writers.overwrite)?;
+    let checkpoint = checkpoint_of(config, &plan, shard)?;
+    let output = checkpoint.verdict()?;
+    let summary = match output {
+        Verdict::Complete => RunSummary::read(&**checkpoint.store())?,
+        _ => None,
+    };
     config.writers.check_writable()?;
     Ok(Checked {
         files: plan.sources.len(),
@@ -147,6 +154,7 @@ pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
         device: worker::device_name(model.device()),
         labels: model.labels().len(),
         output,
+        summary,
     })
 }
 
@@ -160,8 +168,9 @@ pub struct RunOptions {
 /// How a run ended without an error.
 #[derive(Debug)]
 pub enum RunEnd {
-    /// `_SUCCESS` of this very run was already there: nothing was done.
-    AlreadyComplete,
+    /// `_SUCCESS` of this very run was already there: nothing was done;
+    /// the committed run's summary, for the exit code it ended with.
+    AlreadyComplete(Option<RunSummary>),
     /// This shard finished in an earlier attempt.
     ShardAlreadyDone(CommitState),
     /// This attempt finished its shard (the whole input, unsharded).
@@ -182,6 +191,9 @@ pub fn run(
     options: RunOptions,
 ) -> Result<RunEnd> {
     let started = Instant::now();
+    // Before anything is written: a device setting that cannot work
+    // (`--device tpu`, CUDA without a GPU) leaves no run behind.
+    let on_cuda = worker::choose_device(&config.model.device)?.is_cuda();
     let (plan, attempt) = match plan_and_attempt(config, options)? {
         Ok(started) => started,
         Err(end) => return Ok(end),
@@ -190,16 +202,16 @@ pub fn run(
         seconds = started.elapsed().as_secs_f64(),
         "planned the read and began the attempt"
     );
-    if worker::choose_device(&config.model.device)?.is_cuda() {
+    if on_cuda {
         // Before the readers start, so they keep off the worker's core.
         segpredict_core::cpu::reserve_core_for_worker();
     }
     let prepare = || {
         prepare_model(config, &plan, allocator_conf, &attempt, started, &cancel)
-            .inspect_err(|_| abandon_start(&attempt.0))
+            .inspect_err(|_| abandon_start(&attempt))
     };
-    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
-    finish_run(config, ran, &attempt, started, &cancel)
+    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.attempt)?;
+    finish_run(ran, &attempt, started, &cancel)
 }
 
 /// What needs no device: the bucketing and writers sections, the read
@@ -207,7 +219,7 @@ pub fn run(
 fn plan_and_attempt(
     config: &PipelineConfig,
     options: RunOptions,
-) -> Result<Result<(ReadPlan, Attempt), RunEnd>> {
+) -> Result<Result<(ReadPlan, Begin), RunEnd>> {
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
@@ -218,9 +230,8 @@ fn plan_and_attempt(
 /// The shard's accounting and done marker after its stages ended, then the
 /// run's commit if every shard is done.
 fn finish_run(
-    config: &PipelineConfig,
     ran: threads::Ran,
-    attempt: &Attempt,
+    attempt: &Begin,
     started: Instant,
     cancel: &AtomicBool,
 ) -> Result<RunEnd> {
@@ -232,13 +243,13 @@ fn finish_run(
         wall_s: started.elapsed().as_secs_f64(),
         ..ran.facts
     };
-    let report = Box::new(finish_shard(&attempt.0, ran.stages, facts)?);
+    let report = Box::new(finish_shard(attempt, ran.stages, facts)?);
     // A signal while the shard was finishing: the shard is done (its marker
     // is written) but the run reports the interruption, so a signal always
     // gives the same exit code; a rerun commits.
     if cancel.load(Ordering::Relaxed) {
         return Err(Interrupted.into());
     }
-    let commit = commit_run(&config.writers.dir)?;
+    let commit = commit_run(&*attempt.attempt.store)?;
     Ok(RunEnd::Finished { report, commit })
 }

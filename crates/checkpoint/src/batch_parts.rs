@@ -9,7 +9,6 @@
 //! here, both ways (`records_batch`, `records_of`), and a test round-trips
 //! every field.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -24,6 +23,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::committing::{merge_parquet, CommittingParquet};
 use super::layout::AttemptNames;
+use super::store::Store;
 use super::{parts, WriterError};
 use segpredict_core::message::{BatchRecord, BatchTotals, FlushReason, MemoryStats};
 
@@ -148,9 +148,9 @@ fn records_batch(
 }
 
 /// The records of one record batch of the batch file `path`.
-fn records_of(batch: &RecordBatch, path: &Path) -> Result<Vec<BatchRecord>, WriterError> {
+fn records_of(batch: &RecordBatch, location: &str) -> Result<Vec<BatchRecord>, WriterError> {
     let content = |problem: String| WriterError::Content {
-        path: path.to_path_buf(),
+        location: location.to_string(),
         problem,
     };
     let column = |name: &str| {
@@ -215,14 +215,10 @@ pub struct BatchPart {
 }
 
 impl BatchPart {
-    pub fn create(
-        temp: PathBuf,
-        final_path: PathBuf,
-        names: AttemptNames,
-    ) -> Result<Self, WriterError> {
+    pub fn create(store: &dyn Store, key: &str, names: AttemptNames) -> Result<Self, WriterError> {
         let props = parts::streamed_properties();
         Ok(Self {
-            file: CommittingParquet::create(temp, final_path, batches_schema(), props)?,
+            file: CommittingParquet::create(store, key, batches_schema(), props)?,
             names,
             pending: Vec::with_capacity(PENDING_RECORDS),
         })
@@ -242,7 +238,7 @@ impl BatchPart {
         }
         let batch =
             records_batch(&self.pending, self.names).map_err(|source| WriterError::Arrow {
-                path: self.file.temp_path().to_path_buf(),
+                location: self.file.location().to_string(),
                 source,
             })?;
         self.file.write(&batch)?;
@@ -250,7 +246,7 @@ impl BatchPart {
         Ok(())
     }
 
-    pub fn commit(mut self) -> Result<PathBuf, WriterError> {
+    pub fn commit(mut self) -> Result<String, WriterError> {
         self.flush()?;
         self.file.commit()
     }
@@ -261,25 +257,29 @@ const READ_BATCH_ROWS: usize = 16 * 1024;
 
 /// Adds the records of committed batch files to `totals`, a record batch
 /// at a time.
-pub fn add_batch_files(files: &[PathBuf], totals: &mut BatchTotals) -> Result<(), WriterError> {
-    for path in files {
+pub fn add_batch_files(
+    store: &dyn Store,
+    files: &[String],
+    totals: &mut BatchTotals,
+) -> Result<(), WriterError> {
+    for key in files {
+        let location = store.locate(key);
         let parquet_error = |source| WriterError::Parquet {
-            path: path.clone(),
+            location: location.clone(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(|source| WriterError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        let bytes = store.get(key)?.unwrap_or_default();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
             .map_err(parquet_error)?;
         for batch in reader {
             let batch = batch.map_err(|source| WriterError::Arrow {
-                path: path.clone(),
+                location: location.clone(),
                 source,
             })?;
-            records_of(&batch, path)?.iter().for_each(|r| totals.add(r));
+            records_of(&batch, &location)?
+                .iter()
+                .for_each(|r| totals.add(r));
         }
     }
     Ok(())
@@ -287,8 +287,12 @@ pub fn add_batch_files(files: &[PathBuf], totals: &mut BatchTotals) -> Result<()
 
 /// Concatenates committed batch files into `dest` (always written, maybe
 /// empty), as `merge_rejects` does for rejects. Returns the records.
-pub fn merge_batches(batch_parts: &[PathBuf], dest: &Path) -> Result<u64, WriterError> {
-    merge_parquet(batch_parts, dest, batches_schema(), &[])
+pub fn merge_batches(
+    store: &dyn Store,
+    batch_parts: &[String],
+    dest: &str,
+) -> Result<u64, WriterError> {
+    merge_parquet(store, batch_parts, dest, batches_schema(), &[])
 }
 
 #[cfg(test)]
@@ -326,24 +330,20 @@ mod tests {
     #[test]
     fn records_round_trip_through_committed_files_and_merge() {
         let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::LocalStore::new(dir.path());
         let names = AttemptNames {
             shard: ShardSpec::new(2, 3).unwrap(),
             attempt: 2,
         };
         let records: Vec<_> = (0..600).map(|seq| record(seq, seq % 2 == 0)).collect();
-        let final_path = dir.path().join("batches-1.parquet");
-        let mut part = BatchPart::create(
-            dir.path().join(".batches-1.inprogress"),
-            final_path.clone(),
-            names,
-        )
-        .unwrap();
+        let committed = "batches-1.parquet".to_string();
+        let mut part = BatchPart::create(&store, &committed, names).unwrap();
         for r in &records {
             part.write(r.clone()).unwrap();
         }
-        let committed = part.commit().unwrap();
+        part.commit().unwrap();
 
-        let file = std::fs::File::open(&committed).unwrap();
+        let file = std::fs::File::open(dir.path().join(&committed)).unwrap();
         let batches = ParquetRecordBatchReaderBuilder::try_new(file)
             .unwrap()
             .build()
@@ -361,15 +361,15 @@ mod tests {
         assert_eq!(read, records);
 
         let mut totals = BatchTotals::default();
-        add_batch_files(std::slice::from_ref(&committed), &mut totals).unwrap();
+        add_batch_files(&store, std::slice::from_ref(&committed), &mut totals).unwrap();
         assert_eq!(totals.batches, 600);
         assert_eq!(totals.device_ms_histogram.count(), 300);
 
-        let dest = dir.path().join("_batches.parquet");
+        let dest = "_batches.parquet";
         assert_eq!(
-            merge_batches(&[committed.clone(), committed], &dest).unwrap(),
+            merge_batches(&store, &[committed.clone(), committed], dest).unwrap(),
             1200
         );
-        assert_eq!(merge_batches(&[], &dest).unwrap(), 0);
+        assert_eq!(merge_batches(&store, &[], dest).unwrap(), 0);
     }
 }

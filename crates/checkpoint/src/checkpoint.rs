@@ -1,39 +1,46 @@
-//! The output directory as the run's checkpoint: what an attempt finds there
-//! before its first row (nothing, an earlier attempt of the same run, a
-//! finished run, or another run's output), what it removes, which committed
+//! The output location as the run's checkpoint, in one place: what a run
+//! finds there before its first row (the verdict, which `run` and `check`
+//! both take), the lock that keeps one writer per shard, what an attempt
+//! writes to begin and removes when its start-up fails, which committed
 //! files say which rows are done, and the markers that let the last of
-//! several shards commit the whole run. The names are `layout.rs`'s.
+//! several shards commit the whole run (`commit.rs`). Everything goes
+//! through a [`Store`]; every name is `layout.rs`'s.
 
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::done::Committed;
-use super::durable;
-use super::layout::{AttemptNames, OutputLayout, MANIFEST, PROGRESS};
-use super::manifest::{ManifestError, RunManifest};
+use crate::layout::{self, AttemptNames, DataKind, Name, OutputLayout, MANIFEST, SUCCESS};
+use crate::manifest::{ManifestError, RunManifest};
+use crate::store::{Holder, Lock, Store, StoreError};
+use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{Finished, ShardSpec};
+use segpredict_report::RunReport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("output directory {dir} holds another run's output ({}); pass --overwrite to replace it", differences.join("; "))]
+    #[error("output {location} holds another run's output ({}); pass --overwrite to replace it", differences.join("; "))]
     Refused {
-        dir: PathBuf,
+        location: String,
         differences: Vec<String>,
     },
-    #[error("output directory {dir} already holds segpredict output without a run manifest ({found}); pass --overwrite to replace it")]
-    Unmanaged { dir: PathBuf, found: String },
-    #[error("output directory {path}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
+    #[error("output {location} holds segpredict's file names but no run manifest ({found}); segpredict removes only what its own runs recorded: remove them or choose another output")]
+    Unmanaged { location: String, found: String },
+    #[error("output {location} holds files segpredict did not write ({found}); it writes only into an empty directory or its own run's output, and never removes other files (not with --overwrite either)")]
+    Foreign { location: String, found: String },
+    #[error("output {location}: shard {shard} is being written by another process ({holder}); run again when it has ended")]
+    Locked {
+        location: String,
+        shard: ShardSpec,
+        holder: Holder,
     },
     #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{path} is not a shard marker")]
+    #[error("{location} is not a shard marker")]
     Marker {
-        path: PathBuf,
+        location: String,
         #[source]
         source: serde_json::Error,
     },
@@ -45,397 +52,371 @@ impl CheckpointError {
         match self {
             CheckpointError::Refused { .. }
             | CheckpointError::Unmanaged { .. }
+            | CheckpointError::Foreign { .. }
             | CheckpointError::Marker { .. } => true,
-            CheckpointError::Manifest(ManifestError::Parse { .. }) => true,
-            // A path that is not a directory, or one this user may not
-            // write, stays so however often the job is retried.
-            CheckpointError::Io { source, .. } => matches!(
-                source.kind(),
-                std::io::ErrorKind::NotADirectory
-                    | std::io::ErrorKind::IsADirectory
-                    | std::io::ErrorKind::PermissionDenied
-                    | std::io::ErrorKind::ReadOnlyFilesystem
-            ),
-            CheckpointError::Manifest(_) => false,
+            // The other process may end: a retry can succeed.
+            CheckpointError::Locked { .. } => false,
+            CheckpointError::Store(e) => e.is_permanent(),
+            CheckpointError::Manifest(e) => e.is_permanent(),
         }
     }
 }
 
-fn io_error(path: &Path) -> impl Fn(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// What an attempt does, decided before its first row.
-#[derive(Debug)]
-pub enum Start {
-    /// `_SUCCESS` of this very run is there: nothing to do, nothing touched.
-    AlreadyComplete,
-    /// This shard finished in an earlier attempt (its marker is there); the
-    /// run may still wait for other shards.
-    ShardDone,
-    /// Predict every row not in the committed files.
-    Predict {
-        layout: OutputLayout,
-        committed: Vec<Committed>,
-    },
-}
-
-/// What each shard records when it is done, for the commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShardDone {
-    pub shard: ShardSpec,
-    /// Rows of the units dealt to this shard.
-    pub rows_in: u64,
-    pub rows_out: u64,
-    pub rows_rejected: u64,
-    /// Rows earlier attempts had committed, which the last one skipped.
-    pub rows_resumed: u64,
-    pub attempts: u32,
-    /// The shard's own run report.
-    pub report: serde_json::Value,
-}
-
-/// What a run would find in its output directory, told by [`inspect_dir`].
+/// What a run would do with its output location, decided before its first
+/// row by [`verdict`], which reads and never writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirState {
+pub enum Verdict {
     /// No output yet: the run starts from scratch.
     New,
     /// An earlier attempt of this very run: the run resumes it.
     Resumes,
+    /// This shard finished in an earlier attempt; the run may still wait
+    /// for other shards.
+    ShardDone,
     /// This very run is complete (`_SUCCESS`): nothing would be done.
     Complete,
-    /// Other output, replaced because of `overwrite`.
+    /// Another run's output, which `--overwrite` replaces.
     Replaced,
 }
 
-impl std::fmt::Display for DirState {
+impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            DirState::New => "new",
-            DirState::Resumes => "resumes an earlier attempt",
-            DirState::Complete => "already complete",
-            DirState::Replaced => "replaced (--overwrite)",
+            Verdict::New => "new",
+            Verdict::Resumes => "resumes an earlier attempt",
+            Verdict::ShardDone => "this shard is done; the run waits for the others",
+            Verdict::Complete => "already complete",
+            Verdict::Replaced => "replaced (--overwrite)",
         })
     }
 }
 
-/// The verdict [`prepare`] would reach on `dir`, with its refusals, reached
-/// without creating, clearing or writing anything (`segpredict check`).
-pub fn inspect_dir(
-    dir: &Path,
-    manifest: &RunManifest,
-    overwrite: bool,
-) -> Result<DirState, CheckpointError> {
-    let recorded = match RunManifest::read(dir) {
-        Err(ManifestError::Parse { .. }) if overwrite => return Ok(DirState::Replaced),
-        other => other?,
-    };
-    let Some(recorded) = recorded else {
-        return match our_files(dir)? {
-            ours if ours.is_empty() => Ok(DirState::New),
-            _ if overwrite => Ok(DirState::Replaced),
-            ours => Err(CheckpointError::Unmanaged {
-                dir: dir.to_path_buf(),
-                found: format!("{} files such as {}", ours.len(), file_name(&ours[0])),
-            }),
-        };
-    };
-    let differences = manifest.differences_from(&recorded);
-    match (differences.is_empty(), overwrite) {
-        (true, _) if OutputLayout::new(dir).success().exists() => Ok(DirState::Complete),
-        (true, _) => Ok(DirState::Resumes),
-        (false, true) => Ok(DirState::Replaced),
-        (false, false) => Err(CheckpointError::Refused {
-            dir: dir.to_path_buf(),
-            differences,
-        }),
-    }
+/// The accounting a shard records when it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShardAccounting {
+    pub rows: RowCounts,
+    pub attempts: u32,
 }
 
-/// Decides what this attempt does with `dir`, creating it, refusing another
-/// run's output (unless `overwrite`), and removing this shard's leftovers
-/// (temporary files of a killed attempt). Other shards' files are never
-/// touched: they may be writing them right now.
-pub fn prepare(
-    dir: &Path,
-    manifest: &RunManifest,
+/// What each shard records when it is done, for the commit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardDone {
+    pub shard: ShardSpec,
+    pub accounting: ShardAccounting,
+    /// The shard's own run report.
+    pub report: RunReport,
+}
+
+/// A run's checkpoint: its store, what the run is, and which shard this
+/// process writes.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    store: Arc<dyn Store>,
+    manifest: RunManifest,
     shard: ShardSpec,
     overwrite: bool,
-) -> Result<Start, CheckpointError> {
-    let whole = OutputLayout::new(dir);
-    std::fs::create_dir_all(whole.progress()).map_err(io_error(dir))?;
-    let recorded = match RunManifest::read(dir) {
-        Err(ManifestError::Parse { .. }) if overwrite => None,
-        other => other?,
-    };
-    match recorded {
-        Some(recorded) => adopt_recorded(dir, manifest, &recorded, overwrite)?,
-        None => adopt_unrecorded(dir, manifest, overwrite)?,
-    }
-    if whole.success().exists() {
-        return Ok(Start::AlreadyComplete);
-    }
-    let attempt = last_attempt(dir, shard)? + 1;
-    let layout = OutputLayout::for_attempt(dir, AttemptNames { shard, attempt });
-    // A killed attempt's temporary files, a killed commit's among them
-    // (its shard is done: only the commit is left to do).
-    remove_leftovers(&layout)?;
-    if whole.done_marker(shard).exists() {
-        return Ok(Start::ShardDone);
-    }
-    let marker = layout.attempt_marker();
-    let started = serde_json::json!({
-        "pid": std::process::id(),
-        "started_unix_s": std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    });
-    durable::write_atomic(&marker, started.to_string().as_bytes()).map_err(io_error(&marker))?;
-    Ok(Start::Predict {
-        committed: committed_files(dir, Some(shard))?,
-        layout,
-    })
 }
 
-/// Undoes what [`prepare`] wrote for an attempt whose start-up failed
-/// before it predicted anything: its attempt marker, and then, if the
-/// directory holds nothing else (no other attempt, nothing committed, no
-/// shard done: only the manifest and an empty `_progress`), the manifest
-/// and `_progress`, so a rerun with the cause fixed (another model,
-/// say) is a new run, not another run's output to refuse.
-pub fn abandon_start(layout: &OutputLayout) -> Result<(), CheckpointError> {
-    let marker = layout.attempt_marker();
-    match std::fs::remove_file(&marker) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(&marker)(e)),
-        _ => {}
-    }
-    let whole = OutputLayout::new(layout.dir());
-    let (progress, manifest) = (whole.progress(), whole.manifest());
-    let only_manifest = list(layout.dir())?
-        .iter()
-        .all(|p| *p == progress || *p == manifest);
-    if !(only_manifest && list(&progress)?.is_empty()) {
-        return Ok(());
-    }
-    std::fs::remove_file(&manifest).map_err(io_error(&manifest))?;
-    // Only if still empty: another shard may have begun meanwhile. The
-    // output directory itself stays (it may be a mount); empty, it is new.
-    let _ = std::fs::remove_dir(&progress);
-    Ok(())
+/// An attempt that began: its names, the store, the lock it holds until it
+/// is dropped, and the committed files of earlier attempts.
+#[derive(Debug)]
+pub struct Attempt {
+    pub store: Arc<dyn Store>,
+    pub layout: OutputLayout,
+    pub committed: Vec<Committed>,
+    _lock: Box<dyn Lock>,
 }
 
-/// A directory with a manifest: the same run goes on; another is refused
-/// or, with `overwrite`, replaced.
-fn adopt_recorded(
-    dir: &Path,
-    manifest: &RunManifest,
-    recorded: &RunManifest,
-    overwrite: bool,
-) -> Result<(), CheckpointError> {
-    let differences = manifest.differences_from(recorded);
-    if differences.is_empty() {
-        return Ok(());
-    }
-    if !overwrite {
-        return Err(CheckpointError::Refused {
-            dir: dir.to_path_buf(),
-            differences,
-        });
-    }
-    clear(dir)?;
-    Ok(manifest.write(dir)?)
+/// A committed data file and how its rows were finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub key: String,
+    pub finished: Finished,
 }
 
-/// A directory without a manifest: new, or output this version did not
-/// write (refused unless `overwrite`).
-fn adopt_unrecorded(
-    dir: &Path,
-    manifest: &RunManifest,
-    overwrite: bool,
-) -> Result<(), CheckpointError> {
-    let ours = our_files(dir)?;
-    // Another shard of this run may have written the manifest (it writes it
-    // before any other file) since it was read.
-    let appeared = match ours.is_empty() {
-        true => None,
-        false => RunManifest::read(dir).ok().flatten(),
-    };
-    match appeared {
-        Some(recorded) => adopt_recorded(dir, manifest, &recorded, overwrite),
-        None if ours.is_empty() => Ok(manifest.write(dir)?),
-        None if overwrite => {
-            clear(dir)?;
-            Ok(manifest.write(dir)?)
+/// How an attempt began.
+#[derive(Debug)]
+pub enum Begun {
+    /// Predict every row not in the committed files.
+    Predict(Attempt),
+    /// This shard finished earlier: only the commit may be left.
+    ShardDone,
+    /// `_SUCCESS` of this very run is there: nothing touched.
+    Complete,
+}
+
+impl Checkpoint {
+    pub fn new(
+        store: Arc<dyn Store>,
+        manifest: RunManifest,
+        shard: ShardSpec,
+        overwrite: bool,
+    ) -> Self {
+        Self {
+            store,
+            manifest,
+            shard,
+            overwrite,
         }
-        None => Err(CheckpointError::Unmanaged {
-            dir: dir.to_path_buf(),
-            found: format!("{} files such as {}", ours.len(), file_name(&ours[0])),
-        }),
     }
-}
 
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn list(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => Ok(entries.filter_map(Result::ok).map(|e| e.path()).collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io_error(dir)(e)),
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
-}
 
-fn our_files(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
-    // Another shard's manifest being written is not output: that shard
-    // writes the manifest before anything else.
-    let manifest_temp = format!(".{MANIFEST}.");
-    let mut ours: Vec<PathBuf> = list(dir)?
-        .into_iter()
-        .filter(|p| {
-            let name = file_name(p);
-            OutputLayout::is_ours(&name) && name != PROGRESS && !name.starts_with(&manifest_temp)
-        })
-        .collect();
-    ours.extend(list(&dir.join(PROGRESS))?);
-    ours.sort();
-    Ok(ours)
-}
+    pub fn manifest(&self) -> &RunManifest {
+        &self.manifest
+    }
 
-/// Removes everything this program writes, `_progress/` included.
-fn clear(dir: &Path) -> Result<(), CheckpointError> {
-    for path in list(dir)? {
-        if !OutputLayout::is_ours(&file_name(&path)) {
-            continue;
+    /// What the run would do with its output: `check` reports it, `run`
+    /// acts on it ([`Checkpoint::begin`]). Reads only.
+    pub fn verdict(&self) -> Result<Verdict, CheckpointError> {
+        let keys = self.store.list("")?;
+        let foreign: Vec<&String> = keys.iter().filter(|k| !is_ours_or_ignored(k)).collect();
+        if let Some(first) = foreign.first() {
+            return Err(CheckpointError::Foreign {
+                location: self.store.location(),
+                found: describe(foreign.len(), first),
+            });
         }
-        let removed = match path.is_dir() {
-            true => std::fs::remove_dir_all(&path),
-            false => std::fs::remove_file(&path),
+        let recorded = match RunManifest::read(self.store.as_ref()) {
+            Err(ManifestError::Parse { .. }) if self.overwrite => return Ok(Verdict::Replaced),
+            other => other?,
         };
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(&path)(e)),
-            _ => {}
+        let Some(recorded) = recorded else {
+            return self.verdict_without_manifest(&keys);
+        };
+        let differences = self.manifest.differences_from(&recorded);
+        match (differences.is_empty(), self.overwrite) {
+            (true, _) if keys.iter().any(|k| k == SUCCESS) => Ok(Verdict::Complete),
+            (true, _) if keys.contains(&OutputLayout::done_marker(self.shard)) => {
+                Ok(Verdict::ShardDone)
+            }
+            (true, _) => Ok(Verdict::Resumes),
+            (false, true) => Ok(Verdict::Replaced),
+            (false, false) => Err(CheckpointError::Refused {
+                location: self.store.location(),
+                differences,
+            }),
         }
     }
-    std::fs::create_dir_all(dir.join(PROGRESS)).map_err(io_error(dir))?;
-    durable::fsync_dir(dir).map_err(io_error(dir))
-}
 
-fn remove_leftovers(layout: &OutputLayout) -> Result<(), CheckpointError> {
-    for folder in [layout.dir().to_path_buf(), layout.progress()] {
-        for path in list(&folder)? {
-            if !layout.is_leftover(&file_name(&path)) {
+    /// No manifest: new, unless files with our names are there (written by
+    /// no run this version recorded): those are refused, even with
+    /// `--overwrite`, since nothing says which run they are.
+    fn verdict_without_manifest(&self, keys: &[String]) -> Result<Verdict, CheckpointError> {
+        // Locks and temporary files are what a starting run writes first.
+        let data: Vec<&String> = keys
+            .iter()
+            .filter(|k| !matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary)))
+            .collect();
+        match data.first() {
+            None => Ok(Verdict::New),
+            Some(first) => Err(CheckpointError::Unmanaged {
+                location: self.store.location(),
+                found: describe(data.len(), first),
+            }),
+        }
+    }
+
+    /// Begins an attempt: takes this shard's lock, takes the verdict and
+    /// acts on it (writes the manifest of a new run, replaces another
+    /// run's output with `--overwrite`), removes this shard's leftovers and
+    /// writes the attempt's marker.
+    pub fn begin(&self) -> Result<Begun, CheckpointError> {
+        // First without the lock, which is a file in the output: a location
+        // that is refused gets nothing written into it.
+        self.verdict()?;
+        self.store.ensure()?;
+        let lock = self.lock()?;
+        // Again under the lock: another writer may have finished meanwhile.
+        match self.verdict()? {
+            Verdict::Complete => return Ok(Begun::Complete),
+            Verdict::Replaced => self.replace()?,
+            Verdict::New => self.write_manifest()?,
+            Verdict::Resumes | Verdict::ShardDone => {}
+        }
+        let keys = self.store.list("")?;
+        let attempt = layout::last_attempt(&keys, self.shard) + 1;
+        let layout = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt,
+        });
+        self.remove_leftovers(&layout, &keys)?;
+        if keys.contains(&OutputLayout::done_marker(self.shard)) {
+            return Ok(Begun::ShardDone);
+        }
+        self.store
+            .put_if_absent(&layout.attempt_marker(), started_marker().as_bytes())?;
+        Ok(Begun::Predict(Attempt {
+            store: self.store.clone(),
+            layout,
+            committed: committed_files(&keys, Some(self.shard)),
+            _lock: lock,
+        }))
+    }
+
+    fn lock(&self) -> Result<Box<dyn Lock>, CheckpointError> {
+        let key = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt: 0,
+        })
+        .lock();
+        match self.store.lock(&key, &Holder(holder_text()))? {
+            Ok(lock) => Ok(lock),
+            Err(holder) => Err(CheckpointError::Locked {
+                location: self.store.location(),
+                shard: self.shard,
+                holder,
+            }),
+        }
+    }
+
+    /// A new run's manifest. Another shard of this run may have written it
+    /// first (the same bytes); another run's is refused.
+    fn write_manifest(&self) -> Result<(), CheckpointError> {
+        if self.manifest.write_if_absent(self.store.as_ref())? {
+            return Ok(());
+        }
+        match RunManifest::read(self.store.as_ref())? {
+            Some(recorded) if self.manifest.differences_from(&recorded).is_empty() => Ok(()),
+            Some(recorded) => Err(CheckpointError::Refused {
+                location: self.store.location(),
+                differences: self.manifest.differences_from(&recorded),
+            }),
+            None => Ok(self.manifest.write(self.store.as_ref())?),
+        }
+    }
+
+    /// Removes every file another run of ours wrote (the verdict has
+    /// checked that nothing else is there), locks aside, then records this
+    /// run.
+    fn replace(&self) -> Result<(), CheckpointError> {
+        for key in self.store.list("")? {
+            if matches!(Name::parse(&key), Some(Name::Lock(_))) || !layout::is_ours(&key) {
                 continue;
             }
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    tracing::info!(path = %path.display(), "removed a killed attempt's temporary file")
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error(&path)(e)),
-            }
+            self.store.delete(&key)?;
         }
+        Ok(self.manifest.write(self.store.as_ref())?)
     }
-    Ok(())
-}
 
-fn last_attempt(dir: &Path, shard: ShardSpec) -> Result<u32, CheckpointError> {
-    let prefix = format!("attempt-{}-a", shard.tag());
-    Ok(list(&dir.join(PROGRESS))?
-        .iter()
-        .filter_map(|p| {
-            file_name(p)
-                .strip_prefix(&prefix)?
-                .strip_suffix(".json")?
-                .parse::<u32>()
-                .ok()
-        })
-        .max()
-        .unwrap_or(0))
-}
-
-/// The committed parts and rejects files of `shard` (of every shard with
-/// `None`), sorted by name.
-pub fn committed_files(
-    dir: &Path,
-    shard: Option<ShardSpec>,
-) -> Result<Vec<Committed>, CheckpointError> {
-    let mut files = Vec::new();
-    for (folder, prefix, finished) in [
-        (dir.to_path_buf(), "part", Finished::Predicted),
-        (dir.join(PROGRESS), "rejects", Finished::Rejected),
-    ] {
-        let found = committed_parquet(&folder, prefix, shard)?;
-        files.extend(found.into_iter().map(|path| Committed { path, finished }));
+    fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {
+        for key in keys.iter().filter(|k| layout.is_leftover(k)) {
+            self.store.delete(key)?;
+            tracing::info!(file = %self.store.locate(key), "removed a killed attempt's temporary file");
+        }
+        Ok(())
     }
-    Ok(files)
+
+    /// Records that this shard finished, durably.
+    pub fn mark_shard_done(&self, done: &ShardDone) -> Result<(), CheckpointError> {
+        let key = OutputLayout::done_marker(done.shard);
+        let text = serde_json::to_vec_pretty(done).map_err(|source| CheckpointError::Marker {
+            location: self.store.locate(&key),
+            source,
+        })?;
+        Ok(self.store.put(&key, &text)?)
+    }
 }
 
-/// The committed batch-record files of `shard` (of every shard with
-/// `None`), sorted by name.
-pub fn committed_batch_files(
-    dir: &Path,
-    shard: Option<ShardSpec>,
-) -> Result<Vec<PathBuf>, CheckpointError> {
-    committed_parquet(&dir.join(PROGRESS), "batches", shard)
+impl Attempt {
+    /// Undoes what [`Checkpoint::begin`] wrote for an attempt whose
+    /// start-up failed before it predicted anything: its attempt marker,
+    /// and then, if nothing else of the run is there (no other attempt,
+    /// nothing committed, no shard done), the manifest, so a rerun with the
+    /// cause fixed (another model, say) is a new run, not another run's
+    /// output to refuse.
+    pub fn abandon(&self) -> Result<(), CheckpointError> {
+        self.store.delete(&self.layout.attempt_marker())?;
+        let keys = self.store.list("")?;
+        let only_manifest = keys.iter().all(|k| {
+            k == MANIFEST || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
+        });
+        if only_manifest {
+            self.store.delete(MANIFEST)?;
+        }
+        Ok(())
+    }
+
+    /// The committed batch-record files of this shard's earlier attempts.
+    pub fn earlier_batch_files(&self) -> Result<Vec<String>, CheckpointError> {
+        let keys = self.store.list("")?;
+        let shard = self.layout.names().shard;
+        Ok(layout::committed(&keys, DataKind::Batches, Some(shard))
+            .into_iter()
+            .filter(|key| match Name::parse(key) {
+                Some(Name::Data { names, .. }) => names != self.layout.names(),
+                _ => false,
+            })
+            .collect())
+    }
 }
 
-/// The Parquet files in `folder` named `PREFIX-...` for `shard` (every
+/// `lost+found` is the file system's, at the root of a mounted volume.
+fn is_ours_or_ignored(key: &str) -> bool {
+    layout::is_ours(key) || key.starts_with("lost+found/") || key == "lost+found"
+}
+
+fn describe(count: usize, first: &str) -> String {
+    match count {
+        1 => first.to_string(),
+        n => format!("{n} files such as {first}"),
+    }
+}
+
+/// Who holds a shard's lock, for the process refused next.
+fn holder_text() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!("pid {} on {host}, since {}", std::process::id(), unix_now())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn started_marker() -> String {
+    serde_json::json!({ "pid": std::process::id(), "started_unix_s": unix_now() }).to_string()
+}
+
+/// The committed parts and rejects files among `keys`, of `shard` (of every
 /// shard with `None`), sorted by name.
-fn committed_parquet(
-    folder: &Path,
-    prefix: &str,
-    shard: Option<ShardSpec>,
-) -> Result<Vec<PathBuf>, CheckpointError> {
-    let start = match shard {
-        Some(shard) if shard.is_sharded() => format!("{prefix}-{}-a", shard.tag()),
-        Some(_) => format!("{prefix}-a"),
-        None => format!("{prefix}-"),
-    };
-    let mut found: Vec<PathBuf> = list(folder)?
-        .into_iter()
-        .filter(|p| {
-            let name = file_name(p);
-            name.starts_with(&start) && name.ends_with(".parquet")
-        })
-        .collect();
-    found.sort();
-    Ok(found)
-}
-
-/// Records that `done.shard` finished, durably.
-pub fn mark_shard_done(dir: &Path, done: &ShardDone) -> Result<(), CheckpointError> {
-    let path = OutputLayout::new(dir).done_marker(done.shard);
-    let text = serde_json::to_vec_pretty(done).map_err(|source| CheckpointError::Marker {
-        path: path.clone(),
-        source,
-    })?;
-    durable::write_atomic(&path, &text).map_err(io_error(&path))
+pub fn committed_files(keys: &[String], shard: Option<ShardSpec>) -> Vec<Committed> {
+    let parts = layout::committed(keys, DataKind::Part, shard);
+    let rejects = layout::committed(keys, DataKind::Rejects, shard);
+    let predicted = parts.into_iter().map(|key| Committed {
+        key,
+        finished: Finished::Predicted,
+    });
+    let rejected = rejects.into_iter().map(|key| Committed {
+        key,
+        finished: Finished::Rejected,
+    });
+    predicted.chain(rejected).collect()
 }
 
 /// Every shard's marker when all `count` shards are done; otherwise the
 /// shards that are not.
 pub fn shards_done(
-    dir: &Path,
+    store: &dyn Store,
     count: u32,
 ) -> Result<Result<Vec<ShardDone>, Vec<u32>>, CheckpointError> {
-    let layout = OutputLayout::new(dir);
     let mut done = Vec::new();
     let mut missing = Vec::new();
     for index in 0..count {
-        let path = layout.done_marker(ShardSpec { index, count });
-        match std::fs::read(&path) {
-            Ok(bytes) => done.push(
-                serde_json::from_slice(&bytes)
-                    .map_err(|source| CheckpointError::Marker { path, source })?,
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(index),
-            Err(e) => return Err(io_error(&path)(e)),
+        let key = OutputLayout::done_marker(ShardSpec { index, count });
+        match store.get(&key)? {
+            Some(bytes) => done.push(serde_json::from_slice(&bytes).map_err(|source| {
+                CheckpointError::Marker {
+                    location: store.locate(&key),
+                    source,
+                }
+            })?),
+            None => missing.push(index),
         }
     }
     Ok(match missing.is_empty() {
@@ -444,15 +425,11 @@ pub fn shards_done(
     })
 }
 
-/// Writes `bytes` to `path` whole and durably (`_report.json`, `_SUCCESS`).
-pub fn publish(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    durable::write_atomic(path, bytes).map_err(io_error(path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::manifest::{Fingerprint, InputRecord, MANIFEST_FORMAT};
+    use crate::store::LocalStore;
 
     fn manifest(shards: u32) -> RunManifest {
         RunManifest {
@@ -474,148 +451,236 @@ mod tests {
         }
     }
 
-    fn names(dir: &Path) -> Vec<String> {
-        let mut n: Vec<String> = list(dir).unwrap().iter().map(|p| file_name(p)).collect();
-        n.sort();
-        n
+    fn checkpoint(
+        dir: &std::path::Path,
+        m: RunManifest,
+        shard: ShardSpec,
+        overwrite: bool,
+    ) -> Checkpoint {
+        let store = LocalStore::new(dir).tagged(&shard.tag());
+        Checkpoint::new(Arc::new(store), m, shard, overwrite)
+    }
+
+    fn whole(dir: &std::path::Path) -> Checkpoint {
+        checkpoint(dir, manifest(1), ShardSpec::WHOLE, false)
+    }
+
+    fn begin(c: &Checkpoint) -> Attempt {
+        match c.begin().unwrap() {
+            Begun::Predict(attempt) => attempt,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn keys(dir: &std::path::Path) -> Vec<String> {
+        LocalStore::new(dir).list("").unwrap()
     }
 
     #[test]
-    fn a_fresh_directory_gets_a_manifest_and_attempt_one() {
+    fn a_fresh_directory_gets_a_manifest_attempt_one_and_a_lock() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        let start = prepare(&out, &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        let Start::Predict { layout, committed } = start else {
-            panic!("{start:?}")
-        };
-        assert_eq!(layout.names().attempt, 1);
-        assert!(committed.is_empty());
-        assert_eq!(names(&out), [PROGRESS, MANIFEST]);
-        assert_eq!(layout.part(1, 7), out.join("part-a001-01-00007.parquet"));
+        let c = whole(&out);
+        assert_eq!(c.verdict().unwrap(), Verdict::New);
+        assert!(!out.exists(), "the verdict wrote nothing");
+        let attempt = begin(&c);
+        assert_eq!(attempt.layout.names().attempt, 1);
+        assert!(attempt.committed.is_empty());
+        assert_eq!(
+            keys(&out),
+            [
+                "_progress/attempt-s000of001-a001.json",
+                "_progress/lock-s000of001",
+                MANIFEST
+            ]
+        );
+        assert_eq!(c.verdict().unwrap(), Verdict::Resumes);
     }
 
     #[test]
-    fn a_second_attempt_removes_leftovers_and_lists_committed_files() {
+    fn a_second_writer_of_a_shard_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = whole(dir.path());
+        let first = begin(&c);
+        let e = c.begin().unwrap_err();
+        assert!(matches!(e, CheckpointError::Locked { .. }), "{e}");
+        assert!(!e.is_permanent());
+        assert!(
+            e.to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "{e}"
+        );
+        drop(first);
+        assert_eq!(begin(&c).layout.names().attempt, 2);
+    }
+
+    #[test]
+    fn a_second_attempt_removes_its_leftovers_and_lists_committed_files() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
-        prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        let first = OutputLayout::new(out);
-        std::fs::write(first.part(0, 1), b"").unwrap();
-        std::fs::write(first.in_progress(&first.part(0, 2)), b"").unwrap();
-        std::fs::write(first.rejects_part(0, 1), b"").unwrap();
-        let Start::Predict { layout, committed } =
-            prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(layout.names().attempt, 2);
-        let committed: Vec<(String, Finished)> = committed
+        let c = whole(out);
+        let first = begin(&c);
+        let store = LocalStore::new(out);
+        store.put(&first.layout.part(0, 1), b"").unwrap();
+        store.put(&first.layout.rejects_part(0, 1), b"").unwrap();
+        let leftover = crate::layout::temp_key(&first.layout.part(0, 2), "s000of001-1-0");
+        store.put(&leftover, b"half").unwrap();
+        drop(first);
+        let second = begin(&c);
+        assert_eq!(second.layout.names().attempt, 2);
+        let committed: Vec<(&str, Finished)> = second
+            .committed
             .iter()
-            .map(|c| (file_name(&c.path), c.finished))
+            .map(|c| (c.key.as_str(), c.finished))
             .collect();
         assert_eq!(
             committed,
             [
+                ("part-a001-00-00001.parquet", Finished::Predicted),
                 (
-                    "part-a001-00-00001.parquet".to_string(),
-                    Finished::Predicted
-                ),
-                (
-                    "rejects-a001-00-00001.parquet".to_string(),
+                    "_progress/rejects-a001-00-00001.parquet",
                     Finished::Rejected
                 )
             ]
         );
-        assert!(!names(out).iter().any(|n| n.ends_with(".inprogress")));
+        assert!(!keys(out).contains(&leftover));
+    }
+
+    #[test]
+    fn a_killed_commits_temporary_files_are_removed_by_its_own_shard_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let shard = |i| ShardSpec::new(i, 3).unwrap();
+        let c1 = checkpoint(out, manifest(3), shard(1), false);
+        drop(begin(&c1));
+        // Shard 1 finished and was killed while committing the run.
+        let store = LocalStore::new(out);
+        let ones = crate::layout::temp_key(SUCCESS, "s001of003-9-0");
+        let twos = crate::layout::temp_key("_rejects.parquet", "s002of003-9-0");
+        store.put(&ones, b"").unwrap();
+        store.put(&twos, b"").unwrap();
+        let done = ShardDone {
+            shard: shard(1),
+            accounting: ShardAccounting::default(),
+            report: serde_json::from_value(sample_report()).unwrap(),
+        };
+        c1.mark_shard_done(&done).unwrap();
+        assert_eq!(c1.verdict().unwrap(), Verdict::ShardDone);
+        assert!(matches!(c1.begin().unwrap(), Begun::ShardDone));
+        let left = keys(out);
+        assert!(
+            !left.contains(&ones),
+            "its own commit's leftover stays: {left:?}"
+        );
+        assert!(
+            left.contains(&twos),
+            "another shard's temporary file was removed"
+        );
+        assert_eq!(shards_done(&store, 3).unwrap().unwrap_err(), vec![0, 2]);
+    }
+
+    /// A report as a shard's marker carries it, minimal.
+    fn sample_report() -> serde_json::Value {
+        serde_json::json!({
+            "input": "in", "output": "out", "device": "cpu", "model_dtype": "f32",
+            "input_files": 1, "rows_in": 0, "rows_out": 0, "rows_rejected": 0,
+            "rows_resumed": 0, "attempts": 1, "skipped_files": [], "batches": 0,
+            "segments": 0, "padded_segments": 0, "oversized_batches": 0,
+            "max_segments": 1, "final_max_segments": null, "size_classes": [],
+            "cudnn_benchmark": false, "channels_last": false, "allocator_conf": null,
+            "oom_events": 0, "oom_rejected_rows": 0, "wall_s": 0.0, "rows_per_s": 0.0,
+            "segments_per_s": 0.0, "busy_s": {}, "strategy": "SegmentBudget",
+            "batches_file": "_batches.parquet"
+        })
     }
 
     #[test]
     fn another_runs_output_is_refused_naming_the_difference_unless_overwrite() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
-        prepare(out, &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        std::fs::write(out.join("part-a001-00-00001.parquet"), b"").unwrap();
+        let first = begin(&whole(out));
+        LocalStore::new(out)
+            .put(&first.layout.part(0, 1), b"")
+            .unwrap();
+        drop(first);
         let mut other = manifest(1);
         other.fingerprint.model_sha256 = "99".into();
-        let e = prepare(out, &other, ShardSpec::WHOLE, false).unwrap_err();
+        let refused = checkpoint(out, other.clone(), ShardSpec::WHOLE, false);
+        let e = refused.begin().unwrap_err();
         assert!(e.is_permanent());
         assert!(e.to_string().contains("model differs"), "{e}");
-        prepare(out, &other, ShardSpec::WHOLE, true).unwrap();
-        assert_eq!(names(out), [PROGRESS, MANIFEST]);
-        assert_eq!(RunManifest::read(out).unwrap(), Some(other));
+        let replacing = checkpoint(out, other.clone(), ShardSpec::WHOLE, true);
+        assert_eq!(replacing.verdict().unwrap(), Verdict::Replaced);
+        drop(begin(&replacing));
+        assert!(!keys(out).contains(&"part-a001-00-00001.parquet".to_string()));
+        let store = LocalStore::new(out);
+        assert_eq!(RunManifest::read(&store).unwrap(), Some(other));
     }
 
     #[test]
-    fn output_without_a_manifest_is_refused() {
+    fn files_segpredict_did_not_write_are_refused_and_survive_overwrite() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("part-00-00001.parquet"), b"").unwrap();
-        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
-        let e = prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap_err();
+        let out = dir.path();
+        // A Spark dataset: its own part names, `_SUCCESS` and a checksum.
+        for name in [
+            "part-00000-5f1c.snappy.parquet",
+            "_SUCCESS",
+            ".part-00000-5f1c.crc",
+        ] {
+            std::fs::write(out.join(name), b"theirs").unwrap();
+        }
+        for overwrite in [false, true] {
+            let c = checkpoint(out, manifest(1), ShardSpec::WHOLE, overwrite);
+            let e = c.verdict().unwrap_err();
+            assert!(matches!(e, CheckpointError::Foreign { .. }), "{e}");
+            assert!(e.is_permanent());
+            assert!(c.begin().is_err());
+        }
+        let mut left = keys(out);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".part-00000-5f1c.crc",
+                "_SUCCESS",
+                "part-00000-5f1c.snappy.parquet"
+            ]
+        );
+    }
+
+    #[test]
+    fn our_names_without_a_manifest_are_refused_even_with_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("part-a001-00-00001.parquet"), b"").unwrap();
+        let c = checkpoint(dir.path(), manifest(1), ShardSpec::WHOLE, true);
+        let e = c.begin().unwrap_err();
         assert!(matches!(e, CheckpointError::Unmanaged { .. }), "{e}");
-        prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, true).unwrap();
-        assert_eq!(names(dir.path()), [PROGRESS, MANIFEST, "notes.txt"]);
+        assert_eq!(keys(dir.path()), ["part-a001-00-00001.parquet"]);
     }
 
     #[test]
     fn a_finished_run_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap();
-        publish(&OutputLayout::new(dir.path()).success(), b"").unwrap();
-        let before = names(dir.path());
-        assert!(matches!(
-            prepare(dir.path(), &manifest(1), ShardSpec::WHOLE, false).unwrap(),
-            Start::AlreadyComplete
-        ));
-        assert_eq!(names(dir.path()), before);
+        let c = whole(dir.path());
+        drop(begin(&c));
+        LocalStore::new(dir.path()).put(SUCCESS, b"").unwrap();
+        let before = keys(dir.path());
+        assert_eq!(c.verdict().unwrap(), Verdict::Complete);
+        assert!(matches!(c.begin().unwrap(), Begun::Complete));
+        assert_eq!(keys(dir.path()), before);
     }
 
     #[test]
-    fn shards_touch_only_their_own_leftovers_and_the_last_one_sees_all_done() {
+    fn an_abandoned_start_leaves_a_new_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let out = dir.path();
-        let shard = |i| ShardSpec::new(i, 3).unwrap();
-        prepare(out, &manifest(3), shard(0), false).unwrap();
-        let other = OutputLayout::for_attempt(
-            out,
-            AttemptNames {
-                shard: shard(1),
-                attempt: 1,
-            },
-        );
-        let theirs = other.in_progress(&other.part(0, 1));
-        std::fs::write(&theirs, b"").unwrap();
-        let Start::Predict { layout, .. } = prepare(out, &manifest(3), shard(2), false).unwrap()
-        else {
-            panic!()
-        };
-        assert_eq!(
-            layout.part(0, 1),
-            out.join("part-s002of003-a001-00-00001.parquet")
-        );
-        assert!(
-            theirs.exists(),
-            "another shard's temporary file was removed"
-        );
-        assert_eq!(shards_done(out, 3).unwrap(), Err(vec![0, 1, 2]));
-        for i in [0, 2] {
-            mark_shard_done(
-                out,
-                &ShardDone {
-                    shard: shard(i),
-                    rows_in: 1,
-                    rows_out: 1,
-                    rows_rejected: 0,
-                    rows_resumed: 0,
-                    attempts: 1,
-                    report: serde_json::Value::Null,
-                },
-            )
-            .unwrap();
-        }
-        assert_eq!(shards_done(out, 3).unwrap(), Err(vec![1]));
-        assert!(matches!(
-            prepare(out, &manifest(3), shard(2), false).unwrap(),
-            Start::ShardDone
-        ));
+        let c = whole(dir.path());
+        let attempt = begin(&c);
+        attempt.abandon().unwrap();
+        drop(attempt);
+        assert_eq!(c.verdict().unwrap(), Verdict::New);
+        let mut other = manifest(1);
+        other.fingerprint.model_sha256 = "99".into();
+        let fixed = checkpoint(dir.path(), other, ShardSpec::WHOLE, false);
+        assert_eq!(fixed.verdict().unwrap(), Verdict::New);
     }
 }

@@ -5,35 +5,34 @@
 //! `_SUCCESS` last. The shard that finishes last does this, and so does
 //! `segpredict commit DIR` by hand.
 //!
-//! Two shards finishing at once may both commit: each writes every file
-//! whole under a temporary name of its own and renames it, and both write
-//! the same content, so the directory is complete whichever rename lands
-//! last. Each shard writes its marker before it looks for the others', so
-//! of two shards finishing together at least one sees both markers.
+//! Two shards finishing at once may both commit: each puts every object
+//! whole (the store's promise) with the same content, so the output is
+//! complete whichever put lands last. Each shard writes its marker before
+//! it looks for the others', so of two shards finishing together at least
+//! one sees both markers.
 
-use std::path::Path;
-
-use anyhow::{bail, Context, Result};
 use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use serde_json::json;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use serde::{Deserialize, Serialize};
 
 use crate::batch_parts::merge_batches;
-use crate::checkpoint::{self, ShardDone};
-use crate::done::Committed;
+use crate::checkpoint::{self, Committed, ShardDone};
+use crate::layout::{self, DataKind, BATCHES, REJECTS, REPORT_JSON, SUCCESS};
 use crate::manifest::RunManifest;
 use crate::reject_parts::merge_rejects;
-use crate::OutputLayout;
-use segpredict_core::exit::Permanent;
+use crate::store::{Store, StoreError};
+use crate::WriterError;
+use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{Finished, SkippedFile};
+use segpredict_report::RunReport;
 
-/// Totals over every shard of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Totals over every shard of a run: what `_report.json` records of the
+/// whole run, read back by a rerun of a finished run for its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Totals {
-    pub rows_in: u64,
-    pub rows_out: u64,
-    pub rows_rejected: u64,
-    pub rows_resumed: u64,
+    #[serde(flatten)]
+    pub rows: RowCounts,
     pub attempts: u32,
     /// Input files left out (`on_bad_file = "skip"`).
     pub skipped_files: u64,
@@ -47,150 +46,217 @@ pub enum CommitState {
     Waiting(Vec<u32>),
 }
 
-/// Commits the run in `dir` if every shard is done.
-pub fn commit_run(dir: &Path) -> Result<CommitState> {
-    let manifest = RunManifest::read(dir)?.ok_or_else(|| {
-        Permanent(anyhow::anyhow!(
-            "{} holds no segpredict run (no _run.json)",
-            dir.display()
-        ))
-    })?;
-    let shards = match checkpoint::shards_done(dir, manifest.shards)? {
+/// Why a run could not be committed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("{location} holds no segpredict run (no _run.json)")]
+    NoRun { location: String },
+    #[error("{location}: {problem}; the output is incomplete")]
+    Accounting { location: String, problem: String },
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::CheckpointError),
+    #[error(transparent)]
+    Writer(#[from] WriterError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("reading {location}")]
+    Parquet {
+        location: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("writing {location}")]
+    Json {
+        location: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl CommitError {
+    /// Accounting that does not add up, or a run that is not there, stays
+    /// so on a retry; reading and writing may succeed next time.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CommitError::NoRun { .. } | CommitError::Accounting { .. } => true,
+            CommitError::Parquet { .. } | CommitError::Json { .. } => true,
+            CommitError::Checkpoint(e) => e.is_permanent(),
+            CommitError::Writer(e) => e.is_permanent(),
+            CommitError::Store(e) => e.is_permanent(),
+        }
+    }
+}
+
+/// The whole run's report in `_report.json`: the shard's own for a run of
+/// one shard, the totals and every shard's for several.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RunSummary {
+    Sharded(ShardedSummary),
+    Single(Box<RunReport>),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardedSummary {
+    #[serde(flatten)]
+    pub totals: Totals,
+    pub batches: u64,
+    pub batches_file: String,
+    pub shards: Vec<RunReport>,
+}
+
+impl RunSummary {
+    pub fn totals(&self) -> Totals {
+        match self {
+            RunSummary::Sharded(s) => s.totals,
+            RunSummary::Single(report) => Totals {
+                rows: report.rows,
+                attempts: report.attempts,
+                skipped_files: report.skipped_files.len() as u64,
+            },
+        }
+    }
+
+    /// The committed run's summary, for a rerun of a finished run.
+    pub fn read(store: &dyn Store) -> Result<Option<RunSummary>, CommitError> {
+        let Some(bytes) = store.get(REPORT_JSON)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| CommitError::Json {
+                location: store.locate(REPORT_JSON),
+                source,
+            })
+    }
+}
+
+/// Commits the run in `store` if every shard is done.
+pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
+    let manifest = RunManifest::read(store)
+        .map_err(checkpoint::CheckpointError::from)?
+        .ok_or_else(|| CommitError::NoRun {
+            location: store.location(),
+        })?;
+    let shards = match checkpoint::shards_done(store, manifest.shards)? {
         Ok(shards) => shards,
         Err(missing) => return Ok(CommitState::Waiting(missing)),
     };
-    let mut totals = check_accounting(dir, &manifest, &shards).map_err(Permanent)?;
-    let layout = OutputLayout::new(dir);
-    let committed = checkpoint::committed_files(dir, None)?;
-    let rejects: Vec<_> = committed
+    let keys = store.list("")?;
+    let committed = checkpoint::committed_files(&keys, None);
+    let mut totals = check_accounting(store, &manifest, &shards, &committed)?;
+    let rejects: Vec<String> = committed
         .iter()
         .filter(|c| c.finished == Finished::Rejected)
-        .map(|c| c.path.clone())
+        .map(|c| c.key.clone())
         .collect();
     // Every shard planned the same input files, so skipped the same ones.
-    let skipped = skipped_files(&shards)?;
+    let skipped: Vec<SkippedFile> = shards
+        .first()
+        .map(|s| s.report.skipped_files.clone())
+        .unwrap_or_default();
     totals.skipped_files = skipped.len() as u64;
-    merge_rejects(&rejects, &layout.rejects(), id_type(&committed)?, &skipped)?;
-    let batch_files = checkpoint::committed_batch_files(dir, None)?;
-    merge_batches(&batch_files, &layout.batches())?;
-    write_report(&layout, &shards, totals)?;
-    checkpoint::publish(&layout.success(), b"")?;
+    let id_type = id_type(store, &committed)?;
+    merge_rejects(store, &rejects, REJECTS, id_type, &skipped)?;
+    let batch_files = layout::committed(&keys, DataKind::Batches, None);
+    merge_batches(store, &batch_files, BATCHES)?;
+    write_report(store, shards, totals)?;
+    store.put(SUCCESS, b"")?;
     Ok(CommitState::Committed(totals))
-}
-
-/// The input files the run left out (`on_bad_file = "skip"`), as the first
-/// shard's report lists them. They become `bad_file` rows of
-/// `_rejects.parquet` but are not counted in `rows_rejected`: a skipped
-/// file is not in `_run.json`'s inputs, so its rows (which a truncated file
-/// cannot even count) are not rows of the run; the accounting below checks
-/// the input rows against the committed parts and rejects files, which
-/// hold no `bad_file` rows.
-fn skipped_files(shards: &[ShardDone]) -> Result<Vec<SkippedFile>> {
-    let Some(first) = shards.first() else {
-        return Ok(Vec::new());
-    };
-    match &first.report["skipped_files"] {
-        serde_json::Value::Null => Ok(Vec::new()),
-        listed => serde_json::from_value(listed.clone())
-            .with_context(|| format!("reading shard {}'s skipped files", first.shard)),
-    }
 }
 
 /// Every shard's rows add up, the shards cover the input, and the committed
 /// files hold exactly the rows the markers say (counted from the Parquet
 /// footers, not read).
-fn check_accounting(dir: &Path, manifest: &RunManifest, shards: &[ShardDone]) -> Result<Totals> {
+fn check_accounting(
+    store: &dyn Store,
+    manifest: &RunManifest,
+    shards: &[ShardDone],
+    committed: &[Committed],
+) -> Result<Totals, CommitError> {
+    let failed = |problem: String| CommitError::Accounting {
+        location: store.location(),
+        problem,
+    };
     let mut totals = Totals::default();
     for shard in shards {
-        if shard.rows_out + shard.rows_rejected != shard.rows_in {
-            bail!(
-                "{}: shard {} accounts for {} + {} rows of its {}",
-                dir.display(),
-                shard.shard,
-                shard.rows_out,
-                shard.rows_rejected,
-                shard.rows_in
-            );
+        let rows = shard.accounting.rows;
+        if !rows.balances() {
+            return Err(failed(format!("shard {} accounts for {rows}", shard.shard)));
         }
-        totals.rows_in += shard.rows_in;
-        totals.rows_out += shard.rows_out;
-        totals.rows_rejected += shard.rows_rejected;
-        totals.rows_resumed += shard.rows_resumed;
-        totals.attempts += shard.attempts;
+        totals.rows.add(rows);
+        totals.attempts += shard.accounting.attempts;
     }
     let input_rows: u64 = manifest.inputs.iter().map(|i| i.rows).sum();
-    if totals.rows_in != input_rows {
-        bail!(
-            "{}: the shards account for {} rows of an input of {}",
-            dir.display(),
-            totals.rows_in,
-            input_rows
-        );
+    if totals.rows.rows_in != input_rows {
+        return Err(failed(format!(
+            "the shards account for {} rows of an input of {input_rows}",
+            totals.rows.rows_in
+        )));
     }
-    let committed = checkpoint::committed_files(dir, None)?;
     let (mut predicted, mut rejected) = (0u64, 0u64);
-    for file in &committed {
-        let rows = footer_rows(&file.path)?;
+    for file in committed {
+        let rows = footer_rows(store, &file.key)?;
         match file.finished {
             Finished::Predicted => predicted += rows,
             Finished::Rejected => rejected += rows,
         }
     }
-    if (predicted, rejected) != (totals.rows_out, totals.rows_rejected) {
-        bail!(
-            "{}: the committed files hold {} predicted and {} rejected rows, the shards say {} and {}",
-            dir.display(),
-            predicted,
-            rejected,
-            totals.rows_out,
-            totals.rows_rejected
-        );
+    if (predicted, rejected) != (totals.rows.rows_out, totals.rows.rows_rejected) {
+        return Err(failed(format!(
+            "the committed files hold {predicted} predicted and {rejected} rejected rows, the shards say {} and {}",
+            totals.rows.rows_out, totals.rows.rows_rejected
+        )));
     }
     Ok(totals)
 }
 
 /// The run's id type as its committed files carry it, so `_rejects.parquet`
 /// types the id as the parts do (text for a run that committed nothing).
-fn id_type(committed: &[Committed]) -> Result<DataType> {
+fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, CommitError> {
     let Some(first) = committed.first() else {
         return Ok(DataType::Utf8);
     };
-    let path = &first.path;
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let location = store.locate(&first.key);
+    let bytes = store.get(&first.key)?.unwrap_or_default();
+    let parquet_error = |source| CommitError::Parquet {
+        location: location.clone(),
+        source,
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet_error)?;
     let field = builder
         .schema()
         .field_with_name("id")
-        .with_context(|| format!("reading {}", path.display()))?;
+        .map_err(|e| parquet_error(parquet::errors::ParquetError::ArrowError(e.to_string())))?;
     Ok(field.data_type().clone())
 }
 
-fn footer_rows(path: &Path) -> Result<u64> {
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let reader = parquet::file::reader::SerializedFileReader::new(file)
-        .with_context(|| format!("reading {}", path.display()))?;
-    use parquet::file::reader::FileReader;
+fn footer_rows(store: &dyn Store, key: &str) -> Result<u64, CommitError> {
+    let bytes = store.get(key)?.unwrap_or_default();
+    let reader = SerializedFileReader::new(bytes).map_err(|source| CommitError::Parquet {
+        location: store.locate(key),
+        source,
+    })?;
     Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
 }
 
-/// `_report.json`: the shard's own report for a run of one shard; the
-/// totals and every shard's report for several.
-fn write_report(layout: &OutputLayout, shards: &[ShardDone], totals: Totals) -> Result<()> {
-    let value = match shards {
-        [only] => only.report.clone(),
-        _ => json!({
-            "rows_in": totals.rows_in,
-            "rows_out": totals.rows_out,
-            "rows_rejected": totals.rows_rejected,
-            "rows_resumed": totals.rows_resumed,
-            "attempts": totals.attempts,
-            "batches": shards.iter().filter_map(|s| s.report["batches"].as_u64()).sum::<u64>(),
-            "batches_file": layout.batches().file_name().map(|n| n.to_string_lossy().into_owned()),
-            "skipped_files": shards.first().map(|s| s.report["skipped_files"].clone()),
-            "shards": shards.iter().map(|s| s.report.clone()).collect::<Vec<_>>(),
+fn write_report(
+    store: &dyn Store,
+    shards: Vec<ShardDone>,
+    totals: Totals,
+) -> Result<(), CommitError> {
+    let summary = match shards.len() {
+        1 => RunSummary::Single(Box::new(shards.into_iter().next().expect("one").report)),
+        _ => RunSummary::Sharded(ShardedSummary {
+            totals,
+            batches: shards.iter().map(|s| s.report.batches).sum(),
+            batches_file: BATCHES.to_string(),
+            shards: shards.into_iter().map(|s| s.report).collect(),
         }),
     };
-    let text = serde_json::to_string_pretty(&value)?;
-    Ok(checkpoint::publish(&layout.report_json(), text.as_bytes())?)
+    let text = serde_json::to_string_pretty(&summary).map_err(|source| CommitError::Json {
+        location: store.locate(REPORT_JSON),
+        source,
+    })?;
+    Ok(store.put(REPORT_JSON, text.as_bytes())?)
 }

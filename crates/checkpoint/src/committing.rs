@@ -1,9 +1,6 @@
-//! A Parquet file written under a temporary name and committed whole
-//! (fsync, rename, directory fsync), or removed on every other path: an
-//! error, a cancel, a panic unwinding, a full disk.
-
-use std::fs::File;
-use std::path::{Path, PathBuf};
+//! A Parquet file streamed to the store and made visible whole, or not at
+//! all on every other path: an error, a cancel, a panic unwinding, a full
+//! disk (the store's [`Upload`] promise).
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -11,46 +8,40 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
-use super::durable::TempGuard;
+use super::store::{Store, Upload};
 use super::WriterError;
 
 pub struct CommittingParquet {
-    // Declared before the guard: the file is closed before it is removed.
-    writer: Option<ArrowWriter<File>>,
-    guard: TempGuard,
-    final_path: PathBuf,
+    writer: Option<ArrowWriter<Box<dyn Upload>>>,
+    location: String,
     rows: usize,
 }
 
 impl CommittingParquet {
-    /// Creates `temp`; the file becomes `final_path` on [`Self::commit`].
+    /// Starts `key` in `store`; it becomes visible on [`Self::commit`].
     pub fn create(
-        temp: PathBuf,
-        final_path: PathBuf,
+        store: &dyn Store,
+        key: &str,
         schema: SchemaRef,
         properties: WriterProperties,
     ) -> Result<Self, WriterError> {
-        let file = File::create(&temp).map_err(|source| WriterError::Io {
-            path: temp.clone(),
-            source,
-        })?;
-        let guard = TempGuard::new(temp);
-        let writer = ArrowWriter::try_new(file, schema, Some(properties)).map_err(|source| {
+        let location = store.locate(key);
+        let upload = store.upload(key)?;
+        let writer = ArrowWriter::try_new(upload, schema, Some(properties)).map_err(|source| {
             WriterError::Parquet {
-                path: guard.path().to_path_buf(),
+                location: location.clone(),
                 source,
             }
         })?;
         Ok(Self {
             writer: Some(writer),
-            guard,
-            final_path,
+            location,
             rows: 0,
         })
     }
 
-    pub fn temp_path(&self) -> &Path {
-        self.guard.path()
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
     pub fn rows(&self) -> usize {
@@ -58,37 +49,30 @@ impl CommittingParquet {
     }
 
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriterError> {
-        let path = self.guard.path();
         let writer = self.writer.as_mut().ok_or_else(|| WriterError::Closed {
-            path: path.to_path_buf(),
+            location: self.location.clone(),
         })?;
         writer.write(batch).map_err(|source| WriterError::Parquet {
-            path: path.to_path_buf(),
+            location: self.location.clone(),
             source,
         })?;
         self.rows += batch.num_rows();
         Ok(())
     }
 
-    /// Writes the footer, fsyncs, renames to the final name and fsyncs the
-    /// directory. On failure the temporary file is removed.
-    pub fn commit(mut self) -> Result<PathBuf, WriterError> {
-        let path = self.guard.path().to_path_buf();
-        let writer = self
-            .writer
-            .take()
-            .ok_or_else(|| WriterError::Closed { path: path.clone() })?;
+    /// Writes the footer and finishes the upload: the file is visible under
+    /// its name, whole and durable. On failure nothing is.
+    pub fn commit(mut self) -> Result<String, WriterError> {
+        let writer = self.writer.take().ok_or_else(|| WriterError::Closed {
+            location: self.location.clone(),
+        })?;
         // Flushes the last row group and writes the footer.
-        let file = writer.into_inner().map_err(|source| WriterError::Parquet {
-            path: path.clone(),
+        let upload = writer.into_inner().map_err(|source| WriterError::Parquet {
+            location: self.location.clone(),
             source,
         })?;
-        let final_path = std::mem::take(&mut self.final_path);
-        let guard = std::mem::replace(&mut self.guard, TempGuard::disarmed());
-        guard
-            .commit(file, &final_path)
-            .map_err(|source| WriterError::Io { path, source })?;
-        Ok(final_path)
+        upload.finish()?;
+        Ok(self.location)
     }
 }
 
@@ -97,33 +81,30 @@ const MERGE_BATCH_ROWS: usize = 16 * 1024;
 
 /// Concatenates committed files of one schema into `dest`, then `extra`
 /// (always written, maybe empty: its presence says the run checked), a
-/// batch at a time, under a temporary name no other process uses, so two
-/// shards committing at once each write a whole file. Returns the rows
-/// written.
+/// batch at a time; two shards committing at once each write a whole
+/// object. Returns the rows written.
 pub fn merge_parquet(
-    parts: &[PathBuf],
-    dest: &Path,
+    store: &dyn Store,
+    parts: &[String],
+    dest: &str,
     schema: SchemaRef,
     extra: &[RecordBatch],
 ) -> Result<u64, WriterError> {
-    let temp = super::durable::unique_temp_name(dest);
     let props = super::parts::streamed_properties();
-    let mut out = CommittingParquet::create(temp, dest.to_path_buf(), schema.clone(), props)?;
+    let mut out = CommittingParquet::create(store, dest, schema.clone(), props)?;
     for part in parts {
+        let location = store.locate(part);
         let parquet_error = |source| WriterError::Parquet {
-            path: part.clone(),
+            location: location.clone(),
             source,
         };
-        let file = File::open(part).map_err(|source| WriterError::Io {
-            path: part.clone(),
-            source,
-        })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        let bytes = store.get(part)?.unwrap_or_default();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
             .map_err(parquet_error)?;
         for batch in reader {
             let arrow_error = |source| WriterError::Arrow {
-                path: part.clone(),
+                location: location.clone(),
                 source,
             };
             // The same columns under the canonical schema, whatever

@@ -5,7 +5,6 @@
 //! fraction of the output.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
@@ -13,6 +12,8 @@ use arrow::datatypes::{DataType, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
+use crate::checkpoint::Committed;
+use crate::store::{Store, StoreError};
 use segpredict_core::message::{DoneError, DoneSet, Finished};
 
 /// Rows decoded per record batch while scanning: bounds the scan's memory.
@@ -20,46 +21,53 @@ const SCAN_BATCH_ROWS: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
-    #[error("reading committed output {path}")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("reading committed output {path}")]
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("reading committed output {location}")]
     Parquet {
-        path: PathBuf,
+        location: String,
         #[source]
         source: parquet::errors::ParquetError,
     },
-    #[error("reading committed output {path}")]
+    #[error("reading committed output {location}")]
     Arrow {
-        path: PathBuf,
+        location: String,
         #[source]
         source: arrow::error::ArrowError,
     },
-    #[error("committed output {path}: {problem}")]
-    Content { path: PathBuf, problem: String },
-    #[error("committed output {path} names source file {source_file}, which is not an input of this run")]
-    UnknownSource { path: PathBuf, source_file: String },
-    #[error("committed output {path}: {source}")]
+    #[error("committed output {location}: {problem}")]
+    Content { location: String, problem: String },
+    #[error("committed output {location} names source file {source_file}, which is not an input of this run")]
+    UnknownSource {
+        location: String,
+        source_file: String,
+    },
+    #[error("committed output {location}: {source}")]
     Done {
-        path: PathBuf,
+        location: String,
         #[source]
         source: DoneError,
     },
 }
 
-/// A committed file to scan and how its rows were finished.
-#[derive(Debug, Clone)]
-pub struct Committed {
-    pub path: PathBuf,
-    pub finished: Finished,
+impl ScanError {
+    /// A committed file that does not read as ours stays so; a store that
+    /// failed to read it may not.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ScanError::Store(e) => e.is_permanent(),
+            _ => true,
+        }
+    }
 }
 
 /// The rows the committed files finished, for inputs named as the output
 /// names them (`source_file`) with their row counts, in input order.
-pub fn scan_committed(files: &[Committed], inputs: &[(String, u64)]) -> Result<DoneSet, ScanError> {
+pub fn scan_committed(
+    store: &dyn Store,
+    files: &[Committed],
+    inputs: &[(String, u64)],
+) -> Result<DoneSet, ScanError> {
     let rows: Vec<u64> = inputs.iter().map(|(_, rows)| *rows).collect();
     let index: HashMap<&str, u32> = inputs
         .iter()
@@ -68,26 +76,24 @@ pub fn scan_committed(files: &[Committed], inputs: &[(String, u64)]) -> Result<D
         .collect();
     let mut done = DoneSet::new(&rows);
     for file in files {
-        scan_file(file, &index, &mut done)?;
+        scan_file(store, file, &index, &mut done)?;
     }
     Ok(done)
 }
 
 fn scan_file(
+    store: &dyn Store,
     file: &Committed,
     index: &HashMap<&str, u32>,
     done: &mut DoneSet,
 ) -> Result<(), ScanError> {
-    let path = &file.path;
+    let location = store.locate(&file.key);
     let parquet_error = |source| ScanError::Parquet {
-        path: path.clone(),
+        location: location.clone(),
         source,
     };
-    let handle = std::fs::File::open(path).map_err(|source| ScanError::Open {
-        path: path.clone(),
-        source,
-    })?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(handle).map_err(parquet_error)?;
+    let bytes = store.get(&file.key)?.unwrap_or_default();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet_error)?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), ["source_file", "source_row"]);
     let reader = builder
         .with_projection(mask)
@@ -96,10 +102,10 @@ fn scan_file(
         .map_err(parquet_error)?;
     for batch in reader {
         let batch = batch.map_err(|source| ScanError::Arrow {
-            path: path.clone(),
+            location: location.clone(),
             source,
         })?;
-        scan_batch(&batch, file, index, done)?;
+        scan_batch(&batch, &location, file.finished, index, done)?;
     }
     Ok(())
 }
@@ -107,17 +113,17 @@ fn scan_file(
 /// Marks the rows of one record batch of `(source_file, source_row)`.
 fn scan_batch(
     batch: &arrow::record_batch::RecordBatch,
-    file: &Committed,
+    location: &str,
+    finished: Finished,
     index: &HashMap<&str, u32>,
     done: &mut DoneSet,
 ) -> Result<(), ScanError> {
-    let path = &file.path;
     let content = |problem: String| ScanError::Content {
-        path: path.clone(),
+        location: location.to_string(),
         problem,
     };
     let arrow_error = |source| ScanError::Arrow {
-        path: path.clone(),
+        location: location.to_string(),
         source,
     };
     let column = |name: &str| {
@@ -142,7 +148,7 @@ fn scan_batch(
             Some((last_name, idx)) if last_name == name => idx,
             _ => {
                 let idx = *index.get(name).ok_or_else(|| ScanError::UnknownSource {
-                    path: path.clone(),
+                    location: location.to_string(),
                     source_file: name.to_string(),
                 })?;
                 last = Some((name, idx));
@@ -151,9 +157,9 @@ fn scan_batch(
         };
         let row = u64::try_from(rows.value(i))
             .map_err(|_| content(format!("negative source_row {}", rows.value(i))))?;
-        done.insert(file_idx, row, file.finished)
+        done.insert(file_idx, row, finished)
             .map_err(|source| ScanError::Done {
-                path: path.clone(),
+                location: location.to_string(),
                 source,
             })?;
     }
@@ -163,7 +169,7 @@ fn scan_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
+    use crate::store::LocalStore;
     use std::sync::Arc;
 
     use arrow::array::{ArrayRef, Int64Array, StringArray, StringDictionaryBuilder};
@@ -171,7 +177,7 @@ mod tests {
     use arrow::record_batch::RecordBatch;
     use parquet::arrow::ArrowWriter;
 
-    fn write(path: &Path, dictionary: bool, rows: &[(&str, i64)]) {
+    fn write(store: &LocalStore, key: &str, dictionary: bool, rows: &[(&str, i64)]) {
         let source_type = if dictionary {
             DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
         } else {
@@ -200,8 +206,12 @@ mod tests {
             ],
         )
         .unwrap();
-        let mut w =
-            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+        let mut w = ArrowWriter::try_new(
+            std::fs::File::create(store.root().join(key)).unwrap(),
+            schema,
+            None,
+        )
+        .unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
     }
@@ -209,21 +219,25 @@ mod tests {
     #[test]
     fn parts_and_rejects_mark_their_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let part = dir.path().join("part.parquet");
-        let rejects = dir.path().join("rejects.parquet");
-        write(&part, true, &[("a", 0), ("a", 2), ("b", 1)]);
-        write(&rejects, false, &[("a", 1)]);
+        let store = LocalStore::new(dir.path());
+        write(
+            &store,
+            "part.parquet",
+            true,
+            &[("a", 0), ("a", 2), ("b", 1)],
+        );
+        write(&store, "rejects.parquet", false, &[("a", 1)]);
         let files = [
             Committed {
-                path: part,
+                key: "part.parquet".into(),
                 finished: Finished::Predicted,
             },
             Committed {
-                path: rejects,
+                key: "rejects.parquet".into(),
                 finished: Finished::Rejected,
             },
         ];
-        let done = scan_committed(&files, &[("a".into(), 3), ("b".into(), 2)]).unwrap();
+        let done = scan_committed(&store, &files, &[("a".into(), 3), ("b".into(), 2)]).unwrap();
         assert_eq!((done.predicted(), done.rejected()), (3, 1));
         assert!(done.all_done(0, 0, 3));
         assert!(done.contains(1, 1) && !done.contains(1, 0));
@@ -232,16 +246,16 @@ mod tests {
     #[test]
     fn a_row_committed_twice_or_from_another_input_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let part = dir.path().join("part.parquet");
-        write(&part, true, &[("a", 0), ("a", 0)]);
+        let store = LocalStore::new(dir.path());
+        write(&store, "part.parquet", true, &[("a", 0), ("a", 0)]);
         let files = [Committed {
-            path: part.clone(),
+            key: "part.parquet".into(),
             finished: Finished::Predicted,
         }];
-        let e = scan_committed(&files, &[("a".into(), 3)]).unwrap_err();
+        let e = scan_committed(&store, &files, &[("a".into(), 3)]).unwrap_err();
         assert!(e.to_string().contains("twice"), "{e}");
-        write(&part, true, &[("c", 0)]);
-        let e = scan_committed(&files, &[("a".into(), 3)]).unwrap_err();
+        write(&store, "part.parquet", true, &[("c", 0)]);
+        let e = scan_committed(&store, &files, &[("a".into(), 3)]).unwrap_err();
         assert!(matches!(e, ScanError::UnknownSource { .. }), "{e}");
     }
 }

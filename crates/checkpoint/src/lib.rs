@@ -1,12 +1,15 @@
-//! Writers: predictions to Parquet part files in the output directory, and
-//! the output directory as the run's checkpoint.
+//! The output location as the run's checkpoint, and the writer threads
+//! that fill it.
 //!
-//! Each writer thread owns its own part file and rejects file, so writers
-//! never contend for a file. Files are written under hidden temporary names
-//! and committed (fsync, rename, directory fsync) at least every
-//! `commit_every_s` and at `rows_per_file`: a file under a final name is
-//! always whole and durable, and a killed run resumes from what was
-//! committed (`checkpoint.rs`; `_run.json` in `manifest.rs`).
+//! Everything a run writes goes through a [`store::Store`] (whole-object
+//! put, put-if-absent, list, get, delete, streamed uploads visible only
+//! when whole, a lock per shard); `layout.rs` owns every name; the
+//! protocol over them is `checkpoint.rs` (the verdict `run` and `check`
+//! share, the lock, an attempt's beginning and its undoing, shard markers)
+//! and `commit.rs` (the run's commit). Each writer thread owns its own part
+//! file and rejects file, so writers never contend for a file; they commit
+//! them at least every `commit_every_s` and at `rows_per_file`, so a killed
+//! run resumes from what was committed.
 
 pub mod batch_parts;
 mod check;
@@ -14,11 +17,11 @@ pub mod checkpoint;
 pub mod commit;
 mod committing;
 pub mod done;
-pub mod durable;
-mod layout;
+pub mod layout;
 pub mod manifest;
 mod parts;
 pub mod reject_parts;
+pub mod store;
 mod thread;
 
 use std::path::PathBuf;
@@ -28,6 +31,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use layout::{AttemptNames, OutputLayout, BATCHES};
+pub use store::{LocalStore, Store, StoreError};
 pub use thread::run_writer;
 
 use segpredict_core::message::{IdKind, LiveCounters, Sources};
@@ -92,32 +96,50 @@ pub enum WriterError {
         #[source]
         source: std::io::Error,
     },
-    #[error("writing {path}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("writing {path}")]
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("writing {location}")]
     Parquet {
-        path: PathBuf,
+        location: String,
         #[source]
         source: parquet::errors::ParquetError,
     },
-    #[error("writing {path}: building the record batch")]
+    #[error("writing {location}: building the record batch")]
     Arrow {
-        path: PathBuf,
+        location: String,
         #[source]
         source: arrow::error::ArrowError,
     },
-    #[error("reading {path}: {problem}")]
-    Content { path: PathBuf, problem: String },
-    #[error("writing {path}: the part is already closed")]
-    Closed { path: PathBuf },
+    #[error("reading {location}: {problem}")]
+    Content { location: String, problem: String },
+    #[error("writing {location}: the part is already closed")]
+    Closed { location: String },
     #[error("invalid [writers] section: {0}")]
     Config(String),
     #[error("the model returned class {label_id} but the labels file has {n_labels} labels")]
     UnknownLabel { label_id: i32, n_labels: usize },
+}
+
+impl WriterError {
+    /// Settings, labels and malformed committed files stay as they are on
+    /// a retry; a full disk or a flaky store may not.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            WriterError::Dir { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::NotADirectory
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+            ),
+            WriterError::Store(e) => e.is_permanent(),
+            WriterError::Parquet { .. }
+            | WriterError::Arrow { .. }
+            | WriterError::Closed { .. } => false,
+            WriterError::Content { .. }
+            | WriterError::Config(_)
+            | WriterError::UnknownLabel { .. } => true,
+        }
+    }
 }
 
 /// What every writer needs to know about the run.

@@ -14,10 +14,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::durable;
-use segpredict_core::message::InputFile;
-
 use super::layout::MANIFEST as MANIFEST_NAME;
+use super::store::{Store, StoreError};
+use segpredict_core::message::InputFile;
 
 /// Bumped when the manifest's meaning changes; a different format is a
 /// different run.
@@ -62,24 +61,24 @@ pub struct InputRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not a segpredict run manifest: {source}")]
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{location} is not a segpredict run manifest: {source}")]
     Parse {
-        path: std::path::PathBuf,
+        location: String,
         #[source]
         source: serde_json::Error,
     },
-    #[error("writing {path}: {source}")]
-    Write {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+}
+
+impl ManifestError {
+    /// A manifest that does not parse stays so; a store may recover.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ManifestError::Store(e) => e.is_permanent(),
+            ManifestError::Parse { .. } => true,
+        }
+    }
 }
 
 impl RunManifest {
@@ -102,29 +101,33 @@ impl RunManifest {
             .collect()
     }
 
-    /// Writes `DIR/_run.json` atomically and durably.
-    pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
-        let path = dir.join(MANIFEST_NAME);
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| ManifestError::Write {
-            path: path.clone(),
-            source: e.into(),
-        })?;
+    fn text(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a manifest serializes");
         text.push('\n');
-        durable::write_atomic(&path, text.as_bytes())
-            .map_err(|source| ManifestError::Write { path, source })
+        text
     }
 
-    /// `DIR/_run.json`, or `None` when the directory has none.
-    pub fn read(dir: &Path) -> Result<Option<Self>, ManifestError> {
-        let path = dir.join(MANIFEST_NAME);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ManifestError::Read { path, source }),
+    /// Writes `_run.json` whole, replacing what was there.
+    pub fn write(&self, store: &dyn Store) -> Result<(), ManifestError> {
+        Ok(store.put(MANIFEST_NAME, self.text().as_bytes())?)
+    }
+
+    /// Writes `_run.json` unless one is there: `Ok(false)` when it is.
+    pub fn write_if_absent(&self, store: &dyn Store) -> Result<bool, ManifestError> {
+        Ok(store.put_if_absent(MANIFEST_NAME, self.text().as_bytes())?)
+    }
+
+    /// `_run.json`, or `None` when the store has none.
+    pub fn read(store: &dyn Store) -> Result<Option<Self>, ManifestError> {
+        let Some(bytes) = store.get(MANIFEST_NAME)? else {
+            return Ok(None);
         };
-        serde_json::from_str(&text)
+        serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|source| ManifestError::Parse { path, source })
+            .map_err(|source| ManifestError::Parse {
+                location: store.locate(MANIFEST_NAME),
+                source,
+            })
     }
 
     /// What differs from the `recorded` manifest to this one, one sentence
@@ -288,6 +291,7 @@ impl InputRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::LocalStore;
 
     fn manifest() -> RunManifest {
         RunManifest {
@@ -320,10 +324,12 @@ mod tests {
     #[test]
     fn the_same_run_has_no_differences_and_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(RunManifest::read(dir.path()).unwrap(), None);
+        let store = LocalStore::new(dir.path());
+        assert_eq!(RunManifest::read(&store).unwrap(), None);
         let m = manifest();
-        m.write(dir.path()).unwrap();
-        let back = RunManifest::read(dir.path()).unwrap().unwrap();
+        assert!(m.write_if_absent(&store).unwrap());
+        assert!(!m.write_if_absent(&store).unwrap());
+        let back = RunManifest::read(&store).unwrap().unwrap();
         assert_eq!(back, m);
         assert!(m.differences_from(&back).is_empty());
     }
@@ -373,7 +379,9 @@ mod tests {
     fn a_foreign_file_is_a_parse_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(MANIFEST_NAME), "{\"x\": 1}").unwrap();
-        let e = RunManifest::read(dir.path()).unwrap_err().to_string();
+        let e = RunManifest::read(&LocalStore::new(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("_run.json") && e.contains("not a segpredict"),
             "{e}"

@@ -1,6 +1,5 @@
 //! One part file: written under a hidden temporary name, committed whole.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -12,7 +11,8 @@ use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::committing::CommittingParquet;
-use super::{Compression, OutputLayout, OutputSchema, WriterError};
+use super::store::Store;
+use super::{Compression, OutputSchema, WriterError};
 use segpredict_core::message::{IdKind, Predictions, RowId};
 
 pub struct PartWriter {
@@ -71,18 +71,15 @@ pub fn streamed_properties() -> WriterProperties {
 }
 
 impl PartWriter {
-    /// Starts `final_path`, written under its in-progress name until
-    /// committed.
+    /// Starts the part `key`, visible only once committed.
     pub fn create(
-        layout: &OutputLayout,
-        final_path: PathBuf,
+        store: &dyn Store,
+        key: &str,
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let temp = layout.in_progress(&final_path);
         let schema = arrow_schema(output.id_kind);
-        let file =
-            CommittingParquet::create(temp, final_path, schema.clone(), properties(compression))?;
+        let file = CommittingParquet::create(store, key, schema.clone(), properties(compression))?;
         Ok(Self {
             file,
             schema,
@@ -99,9 +96,9 @@ impl PartWriter {
         self.file.write(&batch)
     }
 
-    /// Commits the file under its final name (fsync, rename, directory
-    /// fsync); on failure nothing is left behind.
-    pub fn finish(self) -> Result<PathBuf, WriterError> {
+    /// Makes the part visible under its name, whole; on failure nothing
+    /// is left behind.
+    pub fn finish(self) -> Result<String, WriterError> {
         self.file.commit()
     }
 
@@ -144,7 +141,7 @@ impl PartWriter {
             ),
         ];
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
-            path: self.file.temp_path().to_path_buf(),
+            location: self.file.location().to_string(),
             source,
         })
     }

@@ -3,7 +3,6 @@
 //! under `_progress/`, committed with its part files; the run's commit
 //! concatenates them into `_rejects.parquet`, a batch at a time.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, StringArray, UInt64Array};
@@ -11,6 +10,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::committing::{merge_parquet, CommittingParquet};
+use super::store::Store;
 use super::{parts, WriterError};
 use segpredict_core::message::{IdKind, Reject, RejectKind, RowId, SkippedFile, Sources};
 
@@ -103,15 +103,11 @@ pub struct RejectPart {
 }
 
 impl RejectPart {
-    pub fn create(
-        temp: PathBuf,
-        final_path: PathBuf,
-        id_kind: IdKind,
-    ) -> Result<Self, WriterError> {
+    pub fn create(store: &dyn Store, key: &str, id_kind: IdKind) -> Result<Self, WriterError> {
         let props = parts::streamed_properties();
         let schema = rejects_schema(parts::id_type(id_kind));
         Ok(Self {
-            file: CommittingParquet::create(temp, final_path, schema, props)?,
+            file: CommittingParquet::create(store, key, schema, props)?,
             id_kind,
         })
     }
@@ -119,13 +115,13 @@ impl RejectPart {
     pub fn write(&mut self, rejects: &[Reject], sources: &Sources) -> Result<(), WriterError> {
         let batch =
             rejects_batch(rejects, sources, self.id_kind).map_err(|source| WriterError::Arrow {
-                path: self.file.temp_path().to_path_buf(),
+                location: self.file.location().to_string(),
                 source,
             })?;
         self.file.write(&batch)
     }
 
-    pub fn commit(self) -> Result<PathBuf, WriterError> {
+    pub fn commit(self) -> Result<String, WriterError> {
         self.file.commit()
     }
 }
@@ -137,17 +133,18 @@ impl RejectPart {
 /// run's id type (the parts carry it too; it types the file when there are
 /// none). Returns the rows written, skipped files included.
 pub fn merge_rejects(
-    reject_parts: &[PathBuf],
-    dest: &Path,
+    store: &dyn Store,
+    reject_parts: &[String],
+    dest: &str,
     id_type: DataType,
     skipped: &[SkippedFile],
 ) -> Result<u64, WriterError> {
     let schema = rejects_schema(id_type);
     let bad_files = bad_file_rows(skipped, &schema).map_err(|source| WriterError::Arrow {
-        path: dest.to_path_buf(),
+        location: store.locate(dest),
         source,
     })?;
-    merge_parquet(reject_parts, dest, schema, &[bad_files])
+    merge_parquet(store, reject_parts, dest, schema, &[bad_files])
 }
 
 /// One row per skipped file: no id, no row, the file's path and why.
@@ -180,6 +177,7 @@ fn bad_file_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use segpredict_core::message::{Origin, RowId};
 
@@ -212,6 +210,7 @@ mod tests {
     #[test]
     fn parts_commit_whole_and_merge_into_one_file() {
         let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::LocalStore::new(dir.path());
         let file = |name: &str| segpredict_core::message::InputFile {
             path: name.into(),
             size_bytes: 0,
@@ -223,35 +222,29 @@ mod tests {
         let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();
         for (i, rows) in [[0u64, 1], [5, 6]].iter().enumerate() {
-            let final_path = dir.path().join(format!("rejects-{i}.parquet"));
-            let mut part = RejectPart::create(
-                dir.path().join(format!(".rejects-{i}.inprogress")),
-                final_path.clone(),
-                IdKind::Int,
-            )
-            .unwrap();
+            let key = format!("rejects-{i}.parquet");
+            let mut part = RejectPart::create(&store, &key, IdKind::Int).unwrap();
             let rejects: Vec<Reject> = rows.iter().map(|&r| reject(i as u32, r)).collect();
             part.write(&rejects, &sources).unwrap();
-            finals.push(part.commit().unwrap());
+            part.commit().unwrap();
+            finals.push(key);
         }
         // An uncommitted part leaves nothing behind.
-        let dropped = dir.path().join(".rejects-2.inprogress");
-        let mut part =
-            RejectPart::create(dropped.clone(), dir.path().join("x"), IdKind::Int).unwrap();
+        let mut part = RejectPart::create(&store, "x", IdKind::Int).unwrap();
         part.write(&[reject(0, 9)], &sources).unwrap();
         drop(part);
-        assert!(!dropped.exists());
+        assert_eq!(store.list("").unwrap(), finals);
 
-        let dest = dir.path().join("_rejects.parquet");
+        let dest = "_rejects.parquet";
         let skipped = [SkippedFile {
             path: "c.parquet".into(),
             reason: "truncated".into(),
         }];
         assert_eq!(
-            merge_rejects(&finals, &dest, DataType::Int64, &skipped).unwrap(),
+            merge_rejects(&store, &finals, dest, DataType::Int64, &skipped).unwrap(),
             5
         );
-        let file = std::fs::File::open(&dest).unwrap();
+        let file = std::fs::File::open(dir.path().join(dest)).unwrap();
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         assert_eq!(
             builder.schema().field_with_name("id").unwrap().data_type(),
@@ -259,6 +252,9 @@ mod tests {
         );
         let batches: Vec<RecordBatch> = builder.build().unwrap().map(|b| b.unwrap()).collect();
         assert_skipped_file_comes_last(&batches, 5);
-        assert_eq!(merge_rejects(&[], &dest, DataType::Int64, &[]).unwrap(), 0);
+        assert_eq!(
+            merge_rejects(&store, &[], dest, DataType::Int64, &[]).unwrap(),
+            0
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! One writer thread: appends the predictions it receives to its own part
-//! file and the rejects to its own rejects file, and commits both (fsync,
-//! rename, directory fsync) at least every `commit_every_s` and whenever a
+//! file and the rejects to its own rejects file, and commits both (each
+//! made visible whole by the store) at least every `commit_every_s` and whenever a
 //! part reaches `rows_per_file`. A crash loses at most the window since the
 //! last commit; what is committed is the checkpoint a later attempt resumes
 //! from. Nothing grows with the length of the run: rejects and the model
@@ -8,7 +8,6 @@
 //! parts.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::batch_parts::BatchPart;
 use super::parts::PartWriter;
 use super::reject_parts::RejectPart;
+use super::store::Store;
 use super::{OutputLayout, OutputSchema, WriterConfig, WriterError};
 use segpredict_core::message::{
     BatchRecord, Predictions, Reject, RejectKind, WriterMsg, WriterReport,
@@ -25,6 +25,7 @@ use segpredict_core::message::{
 /// Where one writer thread writes, and under which names.
 #[derive(Debug, Clone, Copy)]
 struct WriterPlace<'a> {
+    store: &'a dyn Store,
     layout: &'a OutputLayout,
     writer_idx: usize,
 }
@@ -50,11 +51,10 @@ impl Open<'_> {
             Some(part) => part,
             None => {
                 self.part_seq += 1;
-                let layout = self.place.layout;
-                let path = layout.part(self.place.writer_idx, self.part_seq);
+                let key = self.place.layout.part(self.place.writer_idx, self.part_seq);
                 let compression = self.config.compression;
-                self.part
-                    .insert(PartWriter::create(layout, path, compression, self.schema)?)
+                let part = PartWriter::create(self.place.store, &key, compression, self.schema)?;
+                self.part.insert(part)
             }
         };
         part.write(p)?;
@@ -71,12 +71,9 @@ impl Open<'_> {
             None => {
                 self.rejects_seq += 1;
                 let layout = self.place.layout;
-                let path = layout.rejects_part(self.place.writer_idx, self.rejects_seq);
-                self.rejects.insert(RejectPart::create(
-                    layout.in_progress(&path),
-                    path,
-                    self.schema.id_kind,
-                )?)
+                let key = layout.rejects_part(self.place.writer_idx, self.rejects_seq);
+                let file = RejectPart::create(self.place.store, &key, self.schema.id_kind)?;
+                self.rejects.insert(file)
             }
         };
         file.write(rejects, &self.schema.sources)?;
@@ -90,10 +87,9 @@ impl Open<'_> {
             None => {
                 self.batches_seq += 1;
                 let layout = self.place.layout;
-                let path = layout.batches_part(self.place.writer_idx, self.batches_seq);
-                let temp = layout.in_progress(&path);
-                self.batches
-                    .insert(BatchPart::create(temp, path, layout.names())?)
+                let key = layout.batches_part(self.place.writer_idx, self.batches_seq);
+                let file = BatchPart::create(self.place.store, &key, layout.names())?;
+                self.batches.insert(file)
             }
         };
         file.write(record)?;
@@ -145,14 +141,14 @@ impl Open<'_> {
         }
     }
 
-    fn commit_part(&mut self, files: &mut Vec<PathBuf>) -> Result<(), WriterError> {
+    fn commit_part(&mut self, files: &mut Vec<String>) -> Result<(), WriterError> {
         if let Some(part) = self.part.take() {
             files.push(part.finish()?);
         }
         Ok(())
     }
 
-    fn commit_all(&mut self, files: &mut Vec<PathBuf>) -> Result<(), WriterError> {
+    fn commit_all(&mut self, files: &mut Vec<String>) -> Result<(), WriterError> {
         self.commit_part(files)?;
         if let Some(rejects) = self.rejects.take() {
             files.push(rejects.commit()?);
@@ -171,6 +167,7 @@ impl Open<'_> {
 /// predictions, and a later attempt need not redo them). On an error its
 /// open files are removed, never renamed.
 pub fn run_writer(
+    store: &dyn Store,
     layout: &OutputLayout,
     writer_idx: usize,
     config: &WriterConfig,
@@ -182,7 +179,11 @@ pub fn run_writer(
     let every = config.commit_every();
     let mut report = WriterReport::default();
     let mut open = Open {
-        place: WriterPlace { layout, writer_idx },
+        place: WriterPlace {
+            store,
+            layout,
+            writer_idx,
+        },
         config,
         schema,
         part: None,

@@ -3,6 +3,7 @@
 //! statistics, the exit codes and CPU priorities. It links no libtorch, so
 //! its tests build and run without it.
 
+pub mod accounting;
 pub mod cpu;
 pub mod exit;
 pub mod message;

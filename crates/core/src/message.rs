@@ -566,8 +566,8 @@ pub struct WorkerReport {
 #[derive(Debug, Default)]
 pub struct WriterReport {
     pub rows: u64,
-    /// The files it committed.
-    pub files: Vec<std::path::PathBuf>,
+    /// Where the files it committed are, as the store names them.
+    pub files: Vec<String>,
     pub rejects: u64,
     pub reject_kinds: std::collections::HashMap<RejectKind, u64>,
     /// Batch records it wrote to its batch files.

@@ -1,12 +1,12 @@
 //! A calibration as a person reads it, and as JSON (`calibrate --json` and
 //! the run report's `calibration`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use segpredict_core::message::{Calibration, CalibrationPoint, LinearFit};
 
 /// The report's form of a [`Calibration`].
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CalibrationReport {
     pub target_bytes: u64,
     pub points: Vec<PointReport>,
@@ -17,7 +17,7 @@ pub struct CalibrationReport {
     pub measured_peak_reserved: i64,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct PointReport {
     pub segments: usize,
     pub peak_reserved: i64,
@@ -25,7 +25,7 @@ pub struct PointReport {
 }
 
 /// `reserved ≈ intercept + slope * segments`, in bytes.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct FitReport {
     pub intercept: f64,
     pub slope: f64,

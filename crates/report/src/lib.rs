@@ -14,18 +14,19 @@ mod plot;
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use calibration::{describe_calibration, CalibrationReport};
 pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummary};
 
+use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{
     BatchTotals, BatchingStrategy, BucketingReport, Calibration, PlotSample, ReaderStats,
     RejectKind, SkippedFile, WorkerReport, WriterReport,
 };
 
 /// Everything a run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
     pub input: String,
     pub output: String,
@@ -36,14 +37,11 @@ pub struct RunReport {
     pub cuda_visible_devices: Option<String>,
     pub model_dtype: String,
     pub input_files: usize,
-    /// Rows of the run's input (of this shard's units, for a shard).
-    pub rows_in: u64,
-    /// Rows predicted, by this attempt and earlier ones.
-    pub rows_out: u64,
-    /// Rows rejected, by this attempt and earlier ones.
-    pub rows_rejected: u64,
-    /// Rows earlier attempts had committed, which this one skipped.
-    pub rows_resumed: u64,
+    /// Rows of the run's input (of this shard's units, for a shard),
+    /// predicted and rejected by this attempt and earlier ones, and those
+    /// earlier attempts had committed (written flat: `rows_in`, ...).
+    #[serde(flatten)]
+    pub rows: RowCounts,
     /// Attempts at this run (of this shard), this one included.
     pub attempts: u32,
     /// `I/N` when the run is one shard of several.
@@ -104,7 +102,10 @@ pub struct RunReport {
     pub memory: Option<MemorySummary>,
     /// Written as the strategy's type name (`SegmentBudget`, `Rows`), as
     /// reports have always named it.
-    #[serde(serialize_with = "strategy_name")]
+    #[serde(
+        serialize_with = "strategy_name",
+        deserialize_with = "strategy_from_name"
+    )]
     pub strategy: BatchingStrategy,
     /// Present when `max_segments = "auto"` chose the budget.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,7 +122,7 @@ pub struct RunReport {
 /// to answers on the host) and device time, in ms, read from logarithmic
 /// histograms (`message::LogHistogram`): within 1% of the exact values,
 /// in fixed memory however many batches ran.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BatchTimes {
     pub wall_median: f64,
     pub wall_p90: f64,
@@ -151,6 +152,19 @@ fn strategy_name<S: serde::Serializer>(s: &BatchingStrategy, out: S) -> Result<S
     })
 }
 
+fn strategy_from_name<'de, D: serde::Deserializer<'de>>(
+    input: D,
+) -> Result<BatchingStrategy, D::Error> {
+    match String::deserialize(input)?.as_str() {
+        "SegmentBudget" => Ok(BatchingStrategy::SegmentBudget),
+        "Rows" => Ok(BatchingStrategy::Rows),
+        other => Err(serde::de::Error::unknown_variant(
+            other,
+            &["SegmentBudget", "Rows"],
+        )),
+    }
+}
+
 /// The strategy as a pipeline file writes it (`segment_budget`, `rows`).
 fn strategy_as_written(s: BatchingStrategy) -> &'static str {
     match s {
@@ -161,7 +175,8 @@ fn strategy_as_written(s: BatchingStrategy) -> &'static str {
 
 /// Seconds each stage spent working (not waiting on its channels), summed
 /// over its threads.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StageBusy {
     pub readers: f64,
     pub bucketing: f64,
@@ -260,10 +275,12 @@ impl RunReport {
                 .flatten(),
             model_dtype: facts.model_dtype,
             input_files: facts.input_files,
-            rows_in: facts.rows_in,
-            rows_out: facts.resumed.0 + stages.rows_out(),
-            rows_rejected: facts.resumed.1 + stages.rows_rejected(),
-            rows_resumed: facts.resumed.0 + facts.resumed.1,
+            rows: RowCounts {
+                rows_in: facts.rows_in,
+                rows_out: facts.resumed.0 + stages.rows_out(),
+                rows_rejected: facts.resumed.1 + stages.rows_rejected(),
+                rows_resumed: facts.resumed.0 + facts.resumed.1,
+            },
             attempts: facts.attempts,
             shard: facts.shard,
             skipped_files: facts.skipped_files,
@@ -307,7 +324,7 @@ impl RunReport {
     pub fn to_svg(&self) -> Result<String, ReportError> {
         let title = format!(
             "segpredict: {} rows, {} batches on {} ({}), strategy {}",
-            self.rows_in,
+            self.rows.rows_in,
             self.batches,
             self.device,
             self.model_dtype,
@@ -351,9 +368,9 @@ impl RunReport {
             "{} rows in, {} predicted, {} rejected, from {} file(s) on {} ({})\n\
              {} batches, {} segments ({} padding), {}{}\n\
              {:.1} s: {:.0} rows/s, {:.0} segments/s; busy s: readers {:.2}, bucketing {:.2}, model {:.2}, writers {:.2}\n",
-            self.rows_in,
-            self.rows_out,
-            self.rows_rejected,
+            self.rows.rows_in,
+            self.rows.rows_out,
+            self.rows.rows_rejected,
             self.input_files,
             self.device,
             self.model_dtype,

@@ -1,13 +1,13 @@
 //! Device and host memory over a run, from what the model worker kept of
 //! its batches (running totals and the memory track, not the records).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use segpredict_core::message::{BatchTotals, MemoryTrack};
 
 /// Device memory over the run's last attempt (one process, one device
 /// allocator), from its batches in order.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MemorySummary {
     pub peak_allocated_bytes: i64,
     pub peak_reserved_bytes: i64,
