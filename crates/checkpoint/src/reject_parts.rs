@@ -217,6 +217,7 @@ mod tests {
             modified: None,
             rows: 10,
             row_groups: 1,
+            footer_sha256: String::new(),
         };
         let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();

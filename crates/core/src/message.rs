@@ -57,21 +57,28 @@ pub struct InputFile {
     /// Rows in the file, from its Parquet footer.
     pub rows: u64,
     pub row_groups: usize,
+    /// Hex SHA-256 of the file's Parquet footer (metadata, its length and
+    /// the magic: the file's last bytes), read when the plan reads the
+    /// footer. Content rewritten with size and mtime kept changes it: the
+    /// footer holds every column chunk's offsets, sizes and statistics.
+    pub footer_sha256: String,
 }
 
 impl InputFile {
-    /// The same for the same file, unchanged, in every run: its path, size
-    /// and modification time (nanoseconds since the epoch, 0 if unknown).
+    /// The same for the same file, unchanged, in every run: its path, size,
+    /// modification time (nanoseconds since the epoch, 0 if unknown) and
+    /// footer hash.
     pub fn identity(&self) -> String {
         let modified_ns = self
             .modified
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
         format!(
-            "{}|{}|{}",
+            "{}|{}|{}|{}",
             self.path.display(),
             self.size_bytes,
-            modified_ns
+            modified_ns,
+            self.footer_sha256
         )
     }
 }
@@ -215,6 +222,10 @@ pub enum RejectKind {
     /// file in `_rejects.parquet`, with no `source_row`. Not an input row:
     /// a file that cannot be read has no rows the run could count.
     BadFile,
+    /// A row of a row group that failed to decode mid-run (a corrupt page)
+    /// under `on_bad_file = "skip"`: its file and row are named, its id is
+    /// null (it could not be read), the reason is the decoder's error.
+    BadRowGroup,
 }
 
 impl RejectKind {
@@ -232,6 +243,7 @@ impl RejectKind {
             RejectKind::ModelError => "model_error",
             RejectKind::TooManySegments => "too_many_segments",
             RejectKind::BadFile => "bad_file",
+            RejectKind::BadRowGroup => "bad_row_group",
         }
     }
 }

@@ -4,11 +4,14 @@
 //! Each (file, row group) is one unit of work; `threads` reader threads take
 //! units from a shared queue, and each decodes its record batches with rayon.
 //! A value that cannot be decoded rejects its row (with file, row and reason);
-//! a file that cannot be read ends the run.
+//! a file that cannot be read ends the run, or with `on_bad_file = "skip"`
+//! is left out (at planning) or has its rows rejected (mid-run).
 
+mod bad_unit;
 mod columns;
 mod decode;
 mod discover;
+mod overlap;
 mod panics;
 mod plan;
 mod survey;
@@ -22,6 +25,7 @@ use serde::Deserialize;
 
 pub use columns::ColumnMapping;
 pub use decode::DecodeError;
+pub use overlap::check_output_outside_input;
 pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
 pub use survey::{
@@ -59,7 +63,10 @@ pub struct ReaderConfig {
     /// An input file that cannot be read (not Parquet, truncated, columns
     /// that do not fit): `fail` (default) ends the run before any row is
     /// predicted, naming the file; `skip` leaves it out, names it and why
-    /// in the report, and predicts the other files.
+    /// in the report, and predicts the other files. A row group that fails
+    /// to decode mid-run (a corrupt page) ends the run under `fail`, naming
+    /// file and row group; under `skip` its rows not yet predicted become
+    /// `bad_row_group` rejects and the run goes on.
     #[serde(default)]
     pub on_bad_file: OnBadFile,
 }
@@ -124,8 +131,27 @@ pub enum ReaderError {
     },
     #[error("starting the decode threads")]
     DecodePool(#[source] rayon::ThreadPoolBuildError),
+    #[error("the output directory {output} {how} the input {input}: write the output elsewhere")]
+    OutputOverlapsInput {
+        output: PathBuf,
+        input: PathBuf,
+        /// `is`, `lies inside` or `contains`.
+        how: &'static str,
+    },
     #[error("invalid [readers] section: {0}")]
     Config(String),
+}
+
+impl ReaderError {
+    /// Whether the error is the file's own content (a corrupt page, a
+    /// footer that no longer parses), which `on_bad_file = "skip"` turns
+    /// into rejects, rather than the file system's (which a retry may fix).
+    pub fn is_bad_data(&self) -> bool {
+        matches!(
+            self,
+            ReaderError::Decode { .. } | ReaderError::NotParquet { .. }
+        )
+    }
 }
 
 impl ReaderConfig {
@@ -175,12 +201,19 @@ pub fn run_reader(
     cancel: &AtomicBool,
 ) -> Result<ReaderStats, ReaderError> {
     segpredict_core::cpu::lower_this_thread();
+    let reading = Reading {
+        config,
+        plan,
+        decode_pool,
+        out: &out,
+        cancel,
+    };
     let mut stats = ReaderStats::default();
     while let Some(unit) = units.take() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
-        if !read_unit(config, plan, decode_pool, unit, &out, cancel, &mut stats)? {
+        if !reading.read_unit(unit, &mut stats)? {
             break;
         }
     }
@@ -228,65 +261,96 @@ pub fn leading_segments(config: &ReaderConfig, n_segments: usize) -> Result<Vec<
     })
 }
 
-/// Returns false when the downstream stage has gone (the run is ending).
-fn read_unit(
-    config: &ReaderConfig,
-    plan: &ReadPlan,
-    decode_pool: &rayon::ThreadPool,
-    unit: Unit,
-    out: &Sender<RowChunk>,
-    cancel: &AtomicBool,
-    stats: &mut ReaderStats,
-) -> Result<bool, ReaderError> {
-    let path = &plan
-        .sources
-        .get(unit.file_idx as usize)
-        .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
-        .path;
-    let decode_error = |source: DecodeError| ReaderError::Decode {
-        path: path.clone(),
-        row_group: unit.row_group,
-        source,
-    };
-    let builder = open_builder(path)?;
-    let roots = config.columns.root_indices(builder.schema());
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-    let reader = builder
-        .with_projection(mask)
-        .with_row_groups(vec![unit.row_group])
-        .with_batch_size(config.batch_rows)
-        .build()
-        .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
-    let mut next_row = unit.first_row;
-    let mut reader = reader;
-    loop {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        let started = std::time::Instant::now();
-        // A corrupt page can make the parquet crate panic: that is this
-        // file's and row group's error, not the program's.
-        let next =
-            panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?;
-        let Some(batch) = next else { break };
-        let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-        let mut chunk = decode_pool
-            .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, next_row))
-            .map_err(decode_error)?;
-        if plan.skips_rows() {
-            // Rows (and rejects) an earlier attempt already committed.
-            chunk.rows.retain(|r| !plan.is_done(&r.meta.origin));
-            chunk.rejects.retain(|r| !plan.is_done(&r.origin));
-        }
-        next_row += batch.num_rows() as u64;
-        stats.rows += (chunk.rows.len() + chunk.rejects.len()) as u64;
-        stats.rejects += chunk.rejects.len() as u64;
-        stats.busy += started.elapsed();
-        if out.send(chunk).is_err() {
-            return Ok(false);
+/// What one reader thread reads with and sends to.
+struct Reading<'a> {
+    config: &'a ReaderConfig,
+    plan: &'a ReadPlan,
+    decode_pool: &'a rayon::ThreadPool,
+    out: &'a Sender<RowChunk>,
+    cancel: &'a AtomicBool,
+}
+
+impl Reading<'_> {
+    /// Reads one unit; under `on_bad_file = "skip"`, a unit that stops
+    /// decoding part way has its rows not yet sent rejected instead. Returns
+    /// false when the downstream stage has gone (the run is ending).
+    fn read_unit(&self, unit: Unit, stats: &mut ReaderStats) -> Result<bool, ReaderError> {
+        let path = &self
+            .plan
+            .sources
+            .get(unit.file_idx as usize)
+            .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
+            .path;
+        let mut next_row = unit.first_row;
+        match self.decode_unit(unit, path, &mut next_row, stats) {
+            Err(error) if self.config.on_bad_file == OnBadFile::Skip && error.is_bad_data() => {
+                let rejects = bad_unit::BadUnit::new(unit, next_row, &error);
+                Ok(rejects.send(
+                    self.plan,
+                    self.config.batch_rows,
+                    self.out,
+                    self.cancel,
+                    stats,
+                ))
+            }
+            read => read,
         }
     }
-    Ok(true)
+
+    /// Decodes and sends one unit's rows; `next_row` is the first row not
+    /// yet sent (where a failure leaves it).
+    fn decode_unit(
+        &self,
+        unit: Unit,
+        path: &std::path::Path,
+        next_row: &mut u64,
+        stats: &mut ReaderStats,
+    ) -> Result<bool, ReaderError> {
+        let decode_error = |source: DecodeError| ReaderError::Decode {
+            path: path.to_path_buf(),
+            row_group: unit.row_group,
+            source,
+        };
+        let (config, plan) = (self.config, self.plan);
+        let builder = open_builder(path)?;
+        let roots = config.columns.root_indices(builder.schema());
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let mut reader = builder
+            .with_projection(mask)
+            .with_row_groups(vec![unit.row_group])
+            .with_batch_size(config.batch_rows)
+            .build()
+            .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let started = std::time::Instant::now();
+            // A corrupt page can make the parquet crate panic: that is this
+            // file's and row group's error, not the program's.
+            let next = panics::catch(|| reader.next())
+                .map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?;
+            let Some(batch) = next else { break };
+            let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+            let mut chunk = self
+                .decode_pool
+                .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, *next_row))
+                .map_err(decode_error)?;
+            if plan.skips_rows() {
+                // Rows (and rejects) an earlier attempt already committed.
+                chunk.rows.retain(|r| !plan.is_done(&r.meta.origin));
+                chunk.rejects.retain(|r| !plan.is_done(&r.origin));
+            }
+            *next_row += batch.num_rows() as u64;
+            stats.rows += (chunk.rows.len() + chunk.rejects.len()) as u64;
+            stats.rejects += chunk.rejects.len() as u64;
+            stats.busy += started.elapsed();
+            if self.out.send(chunk).is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! The read plan: every input file checked up front, and the frozen list of
 //! units of work (one row group of one file each) the reader threads share.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use sha2::{Digest, Sha256};
 
 use super::{discover, OnBadFile, ReaderConfig, ReaderError};
 use segpredict_core::message::{
@@ -167,16 +168,61 @@ fn check_id_kind(
 
 /// Opens a local Parquet file and reads its footer.
 pub(super) fn open_builder(
-    path: &std::path::Path,
+    path: &Path,
 ) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
-    let file = std::fs::File::open(path).map_err(|source| ReaderError::Io {
+    Ok(open_with_footer_hash(path, false)?.0)
+}
+
+/// Opens a local Parquet file and reads its footer; with `hash`, also the
+/// hex SHA-256 of the footer's bytes (empty without).
+fn open_with_footer_hash(
+    path: &Path,
+    hash: bool,
+) -> Result<(ParquetRecordBatchReaderBuilder<std::fs::File>, String), ReaderError> {
+    let io_error = |source| ReaderError::Io {
         path: path.to_path_buf(),
         source,
+    };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    // The same open file: what is hashed is what the builder read.
+    let hashed = if hash {
+        Some(file.try_clone().map_err(io_error)?)
+    } else {
+        None
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| {
+        ReaderError::NotParquet {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
-    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| ReaderError::NotParquet {
-        path: path.to_path_buf(),
-        source,
-    })
+    let sha256 = match hashed {
+        // The builder has checked the footer's length and magic.
+        Some(file) => footer_sha256(&file).map_err(io_error)?,
+        None => String::new(),
+    };
+    Ok((builder, sha256))
+}
+
+/// Hex SHA-256 of a Parquet file's footer: the metadata, its 4-byte length
+/// and the `PAR1` magic, the last `8 + length` bytes. Positional reads, so
+/// the builder's use of the same file is undisturbed.
+fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let size = file.metadata()?.len();
+    let mut tail = [0u8; 8];
+    let tail_at = size
+        .checked_sub(8)
+        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    file.read_exact_at(&mut tail, tail_at)?;
+    let length = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    let footer_at = tail_at
+        .checked_sub(length)
+        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    let mut footer = vec![0u8; (length + 8) as usize];
+    file.read_exact_at(&mut footer, footer_at)?;
+    let digest = Sha256::digest(&footer);
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl ReaderConfig {
@@ -225,7 +271,8 @@ impl ReaderConfig {
         file_idx: u32,
         units: &mut Vec<Unit>,
     ) -> Result<IdKind, ReaderError> {
-        let builder = open_builder(&file.path)?;
+        let (builder, footer_sha256) = open_with_footer_hash(&file.path, true)?;
+        file.footer_sha256 = footer_sha256;
         let kind = self.columns.check_schema(builder.schema(), &file.path)?;
         let mut first_row = 0u64;
         let row_groups = builder.metadata().row_groups();
@@ -244,5 +291,79 @@ impl ReaderConfig {
         file.rows = first_row;
         file.row_groups = row_groups.len();
         Ok(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::record_batch::RecordBatch;
+    use parquet::arrow::ArrowWriter;
+
+    use super::*;
+
+    /// A one-column Parquet file of `values`.
+    fn write_ints(path: &Path, values: &[i64]) {
+        let batch = RecordBatch::try_from_iter([(
+            "id",
+            Arc::new(Int64Array::from(values.to_vec())) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn hash_of(path: &Path) -> String {
+        open_with_footer_hash(path, true).unwrap().1
+    }
+
+    #[test]
+    fn the_footer_hash_is_of_the_files_last_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        write_ints(&path, &[1, 2, 3]);
+        let bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        let length = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        let expected: String = Sha256::digest(&bytes[n - 8 - length..])
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash_of(&path), expected);
+        assert_eq!(expected.len(), 64);
+    }
+
+    #[test]
+    fn equal_sized_files_with_other_values_have_other_footer_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        write_ints(&a, &[1, 2, 3]);
+        write_ints(&b, &[4, 5, 6]);
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        assert_eq!(size(&a), size(&b), "the test needs files of one size");
+        assert_ne!(hash_of(&a), hash_of(&b));
+        // And the identity the checkpoint compares tells them apart.
+        let file = |path: &Path| InputFile {
+            path: "in.parquet".into(),
+            size_bytes: size(path),
+            modified: None,
+            rows: 3,
+            row_groups: 1,
+            footer_sha256: hash_of(path),
+        };
+        assert_ne!(file(&a).identity(), file(&b).identity());
+    }
+
+    #[test]
+    fn not_parquet_is_named_as_such_before_any_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        std::fs::write(&path, b"PAR1 not really").unwrap();
+        let error = open_with_footer_hash(&path, true).map(|_| ()).unwrap_err();
+        assert!(matches!(error, ReaderError::NotParquet { .. }), "{error}");
     }
 }
