@@ -156,3 +156,63 @@ fn a_device_that_cannot_work_leaves_no_run_behind() {
     );
     pipeline.run(&[]).expect_code(0);
 }
+
+/// Two files of the same size whose ids differ: the sample's first `rows`
+/// rows, uncompressed and without dictionaries, once as they are and once
+/// with every id reversed (same lengths, so the same bytes counted).
+fn same_size_pair(dir: &Path, rows: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (dir.join("a.parquet"), dir.join("b.parquet"));
+    const SCRIPT: &str = r#"
+import sys, pyarrow as pa, pyarrow.parquet as pq
+src, rows, a, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+t = pq.read_table(src).slice(0, rows)
+opts = dict(compression="none", use_dictionary=False)
+pq.write_table(t, a, **opts)
+ids = pa.array([s[::-1] for s in t.column("id").to_pylist()])
+pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", ids), b, **opts)
+"#;
+    let made = std::process::Command::new(python())
+        .args(["-c", SCRIPT])
+        .arg(sample())
+        .arg(rows.to_string())
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (a, b)
+}
+
+#[test]
+fn an_input_swapped_for_one_of_equal_size_and_kept_mtime_is_refused_naming_it() {
+    let dir = tmp();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    let (a, b) = same_size_pair(&inputs, 60);
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert_eq!(size(&a), size(&b), "the pair must be the same size");
+    let out = dir.path().join("out");
+    let file = Pipeline::new(&a, &out).write(&dir.path().join("p.toml"));
+    run_file(&file, &[], &out).expect_code(0);
+    // What `cp -p` or `rsync -a` does: other bytes, the same size and mtime.
+    let mtime = std::fs::metadata(&a).unwrap().modified().unwrap();
+    std::fs::copy(&b, &a).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&a).unwrap().modified().unwrap(), mtime);
+    let rerun = run_file(&file, &[], &out);
+    let reason = expect_one_line_error(&rerun);
+    assert!(
+        reason.contains("a.parquet changed") && reason.contains("footer"),
+        "{reason}"
+    );
+    let checked = check_file(&file, &[]);
+    assert_eq!((checked.code, &checked.stderr), (rerun.code, &rerun.stderr));
+}

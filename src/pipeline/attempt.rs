@@ -41,6 +41,8 @@ pub(super) fn checkpoint_of(
     plan: &ReadPlan,
     shards: segpredict_core::message::ShardSpec,
 ) -> Result<Checkpoint> {
+    // The run would read its own output back as input, or write over it.
+    segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
     let store: Arc<dyn Store> =
         Arc::new(LocalStore::new(&config.writers.dir).tagged(&shards.tag()));
     let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);

@@ -454,6 +454,7 @@ mod tests {
                 size: 1,
                 mtime_ns: 2,
                 rows: 3,
+                footer_sha256: "ff".repeat(32),
             }],
             shards,
         }

@@ -20,7 +20,7 @@ use segpredict_core::message::InputFile;
 
 /// Bumped when the manifest's meaning changes; a different format is a
 /// different run.
-pub const MANIFEST_FORMAT: u32 = 1;
+pub const MANIFEST_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +57,10 @@ pub struct InputRecord {
     /// Modification time, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
     pub rows: u64,
+    /// SHA-256 of the file's Parquet footer (its schema, row groups, column
+    /// offsets and statistics): a change of content that keeps the size
+    /// and the modification time (`cp -p`, `rsync -a`) changes it.
+    pub footer_sha256: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +207,13 @@ fn input_differences(was: &[InputRecord], now: &[InputRecord]) -> Vec<String> {
                 if old.rows != new.rows {
                     changes.push(format!("rows {} -> {}", old.rows, new.rows));
                 }
+                if old.footer_sha256 != new.footer_sha256 {
+                    changes.push(format!(
+                        "content: Parquet footer sha256 {} -> {}",
+                        short_hash(&old.footer_sha256),
+                        short_hash(&new.footer_sha256)
+                    ));
+                }
                 if !changes.is_empty() {
                     out.push(format!(
                         "input file {} changed ({})",
@@ -284,6 +295,7 @@ impl InputRecord {
             size: file.size_bytes,
             mtime_ns,
             rows: file.rows,
+            footer_sha256: file.footer_sha256.clone(),
         }
     }
 }
@@ -309,12 +321,14 @@ mod tests {
                     size: 123,
                     mtime_ns: 1_764_754_867_123_000_000,
                     rows: 10,
+                    footer_sha256: "aa".repeat(32),
                 },
                 InputRecord {
                     path: "in/b.parquet".into(),
                     size: 50,
                     mtime_ns: 0,
                     rows: 5,
+                    footer_sha256: "bb".repeat(32),
                 },
             ],
             shards: 1,
@@ -342,12 +356,14 @@ mod tests {
         now.fingerprint.dtype = "bf16".into();
         now.inputs[0].size = 456;
         now.inputs[0].mtime_ns += 1_000_000_000;
+        now.inputs[0].footer_sha256 = "dd".repeat(32);
         now.inputs.remove(1);
         now.inputs.push(InputRecord {
             path: "in/c.parquet".into(),
             size: 1,
             mtime_ns: 0,
             rows: 1,
+            footer_sha256: "cc".repeat(32),
         });
         now.shards = 3;
         let diff = now.differences_from(&was);
@@ -357,7 +373,7 @@ mod tests {
                 "model differs (was sha256 abababababab, now sha256 efefefefefef)",
                 "dtype differs (was f32, now bf16)",
                 "shard count differs (was 1, now 3)",
-                "input file in/a.parquet changed (size 123 -> 456, modified 2025-12-03T09:41:07.123Z -> 2025-12-03T09:41:08.123Z)",
+                "input file in/a.parquet changed (size 123 -> 456, modified 2025-12-03T09:41:07.123Z -> 2025-12-03T09:41:08.123Z, content: Parquet footer sha256 aaaaaaaaaaaa -> dddddddddddd)",
                 "input file in/b.parquet is no longer in the input",
                 "input file in/c.parquet is new",
             ]
