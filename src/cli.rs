@@ -19,9 +19,10 @@ use crate::logging::{self, LogFormat};
 use crate::metrics;
 use crate::pipeline;
 use segpredict_checkpoint::checkpoint::CheckpointError;
+use segpredict_checkpoint::commit::CommitError;
 use segpredict_checkpoint::done::ScanError;
 use segpredict_checkpoint::manifest::ManifestError;
-use segpredict_checkpoint::WriterError;
+use segpredict_checkpoint::{StoreError, WriterError};
 use segpredict_core::exit::{Failure, Outcome, Permanent};
 use segpredict_core::message::{ShardError, ShardSpec};
 use segpredict_reader::{OnBadFile, ReaderError};
@@ -350,16 +351,24 @@ fn classify(error: &anyhow::Error) -> Failure {
             return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<WriterError>() {
-            return matches!(e, WriterError::Config(_) | WriterError::UnknownLabel { .. });
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<ManifestError>() {
-            return matches!(e, ManifestError::Parse { .. });
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<CommitError>() {
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<ScanError>() {
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<StoreError>() {
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<LocalShardsError>() {
             return e.is_permanent();
         }
-        cause.is::<ScanError>()
-            || cause.is::<segpredict_bucketing::BucketingError>()
+        cause.is::<segpredict_bucketing::BucketingError>()
             || cause.is::<segpredict_worker::calibrate::CalibrationError>()
     });
     match permanent {
