@@ -24,7 +24,7 @@ use segpredict_checkpoint::done::ScanError;
 use segpredict_checkpoint::manifest::ManifestError;
 use segpredict_checkpoint::{StoreError, WriterError};
 use segpredict_core::exit::{Failure, Outcome, Permanent};
-use segpredict_core::message::{ShardError, ShardSpec};
+use segpredict_core::shard::{ShardError, ShardSpec};
 use segpredict_reader::{OnBadFile, ReaderError};
 use segpredict_worker::WorkerError;
 

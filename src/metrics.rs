@@ -16,7 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::{Counter, CounterVec, Encoder, Gauge, Opts, Registry, TextEncoder};
 
-use segpredict_core::message::{LiveSnapshot, ShardSpec};
+use segpredict_core::message::LiveSnapshot;
+use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
 
 /// How often the Pushgateway is pushed to during a run.

@@ -26,7 +26,8 @@ use segpredict_bucketing::{default_size_classes, Bucketer};
 
 use segpredict_checkpoint::commit::{commit_run, CommitState, RunSummary};
 
-use segpredict_core::message::{Calibration, ModelSpeed, Row, ShardSpec};
+use segpredict_core::message::{Calibration, ModelSpeed, Row};
+use segpredict_core::shard::ShardSpec;
 use segpredict_reader::ReadPlan;
 use segpredict_report::{RunFacts, RunReport};
 use segpredict_worker::calibrate::parse_size;

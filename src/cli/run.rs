@@ -14,7 +14,7 @@ use crate::metrics;
 use crate::pipeline::{self, RunEnd, RunOptions};
 use segpredict_checkpoint::commit::{CommitState, RunSummary};
 use segpredict_core::exit::{self, Outcome, Permanent};
-use segpredict_core::message::{ShardSpec, COMPLETION_INDEX_VAR};
+use segpredict_core::shard::{ShardSpec, COMPLETION_INDEX_VAR};
 use segpredict_worker as worker;
 
 pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {

@@ -16,7 +16,8 @@ use segpredict_checkpoint::commit::{commit_run, RunSummary};
 use segpredict_checkpoint::done::scan_committed;
 use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
 use segpredict_checkpoint::{LocalStore, Store};
-use segpredict_core::message::{BatchTotals, Calibration};
+use segpredict_core::message::Calibration;
+use segpredict_core::stats::BatchTotals;
 use segpredict_reader::ReadPlan;
 use segpredict_report::{RunFacts, RunReport, StageReports};
 use segpredict_worker::{Worker, WorkerError};
@@ -39,7 +40,7 @@ pub(super) struct Begin {
 pub(super) fn checkpoint_of(
     config: &PipelineConfig,
     plan: &ReadPlan,
-    shards: segpredict_core::message::ShardSpec,
+    shards: segpredict_core::shard::ShardSpec,
 ) -> Result<Checkpoint> {
     // The run would read its own output back as input, or write over it.
     segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;

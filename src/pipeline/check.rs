@@ -10,7 +10,8 @@ use crate::config::PipelineConfig;
 use segpredict_bucketing::Bucketer;
 use segpredict_checkpoint::checkpoint::Verdict;
 use segpredict_checkpoint::commit::RunSummary;
-use segpredict_core::message::{Row, ShardSpec};
+use segpredict_core::message::Row;
+use segpredict_core::shard::ShardSpec;
 use segpredict_worker::calibrate::CalibrationError;
 
 /// What `check` found: the run would start.

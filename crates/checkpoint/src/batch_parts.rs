@@ -25,7 +25,8 @@ use super::committing::{merge_parquet, CommittingParquet};
 use super::layout::AttemptNames;
 use super::store::Store;
 use super::{parts, WriterError};
-use segpredict_core::message::{BatchRecord, BatchTotals, FlushReason, MemoryStats};
+use segpredict_core::message::{BatchRecord, FlushReason, MemoryStats};
+use segpredict_core::stats::BatchTotals;
 
 /// Device-memory columns, in [`MemoryStats`]' order.
 const MEMORY_FIELDS: [&str; 9] = [
@@ -298,7 +299,7 @@ pub fn merge_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segpredict_core::message::ShardSpec;
+    use segpredict_core::shard::ShardSpec;
 
     fn record(seq: u64, memory: bool) -> BatchRecord {
         BatchRecord {

@@ -14,7 +14,8 @@ use crate::layout::{self, AttemptNames, DataKind, Name, OutputLayout, MANIFEST, 
 use crate::manifest::{ManifestError, RunManifest};
 use crate::store::{Holder, Lock, Store, StoreError};
 use segpredict_core::accounting::RowCounts;
-use segpredict_core::message::{Finished, ShardSpec};
+use segpredict_core::done::Finished;
+use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
 
 #[derive(Debug, thiserror::Error)]

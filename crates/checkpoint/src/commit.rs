@@ -24,7 +24,8 @@ use crate::reject_parts::merge_rejects;
 use crate::store::{Store, StoreError};
 use crate::WriterError;
 use segpredict_core::accounting::RowCounts;
-use segpredict_core::message::{Finished, SkippedFile};
+use segpredict_core::done::Finished;
+use segpredict_core::message::SkippedFile;
 use segpredict_report::RunReport;
 
 /// Totals over every shard of a run: what `_report.json` records of the
@@ -235,7 +236,7 @@ fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, Commi
     let field = builder
         .schema()
         .field_with_name("id")
-        .map_err(|e| parquet_error(parquet::errors::ParquetError::ArrowError(e.to_string())))?;
+        .map_err(|source| CommitError::Arrow { location, source })?;
     Ok(field.data_type().clone())
 }
 

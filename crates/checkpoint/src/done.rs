@@ -14,7 +14,7 @@ use parquet::arrow::ProjectionMask;
 
 use crate::checkpoint::Committed;
 use crate::store::{Store, StoreError};
-use segpredict_core::message::{DoneError, DoneSet, Finished};
+use segpredict_core::done::{DoneError, DoneSet, Finished};
 
 /// Rows decoded per record batch while scanning: bounds the scan's memory.
 const SCAN_BATCH_ROWS: usize = 64 * 1024;

@@ -22,7 +22,7 @@
 //! `_progress/` starts with `_` so that Spark, Hive, pyarrow and DuckDB
 //! dataset readers skip it, as they skip `_SUCCESS`.
 
-use segpredict_core::message::ShardSpec;
+use segpredict_core::shard::ShardSpec;
 
 pub const REJECTS: &str = "_rejects.parquet";
 pub const BATCHES: &str = "_batches.parquet";

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 
 use crate::layout::temp_key;
-use segpredict_core::message::ShardSpec;
+use segpredict_core::shard::ShardSpec;
 
 /// A store operation that failed, naming the object.
 #[derive(Debug, thiserror::Error)]

@@ -5,5 +5,8 @@
 
 pub mod accounting;
 pub mod cpu;
+pub mod done;
 pub mod exit;
 pub mod message;
+pub mod shard;
+pub mod stats;

@@ -1,6 +1,7 @@
 //! The messages stages exchange. No stage imports another stage: they share
 //! only these types, sent over bounded crossbeam channels.
 
+use crate::stats::{BatchTotals, MemoryTrack, PlotSample};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,14 +30,6 @@ impl std::fmt::Display for IdKind {
         })
     }
 }
-
-mod batches;
-mod done;
-mod shard;
-
-pub use batches::{BatchTotals, LogHistogram, MemoryTrack, PlotSample};
-pub use done::{DoneError, DoneSet, Duplicate, Finished, OutOfRange};
-pub use shard::{deal_units, ShardError, ShardSpec, COMPLETION_INDEX_VAR};
 
 /// Where a row came from: the input file (an index into [`Sources`]) and the
 /// row's 0-based index within that file.

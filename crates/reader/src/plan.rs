@@ -9,9 +9,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use sha2::{Digest, Sha256};
 
 use super::{discover, OnBadFile, ReaderConfig, ReaderError};
-use segpredict_core::message::{
-    deal_units, DoneSet, IdKind, InputFile, Origin, ShardSpec, SkippedFile, Sources,
-};
+use segpredict_core::done::DoneSet;
+use segpredict_core::message::{IdKind, InputFile, Origin, SkippedFile, Sources};
+use segpredict_core::shard::{deal_units, ShardSpec};
 
 /// One row group of one file: the unit of parallel reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

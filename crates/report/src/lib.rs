@@ -21,9 +21,10 @@ pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummar
 
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{
-    BatchTotals, BatchingStrategy, BucketingReport, Calibration, PlotSample, ReaderStats,
-    RejectKind, SkippedFile, WorkerReport, WriterReport,
+    BatchingStrategy, BucketingReport, Calibration, ReaderStats, RejectKind, SkippedFile,
+    WorkerReport, WriterReport,
 };
+use segpredict_core::stats::{BatchTotals, PlotSample};
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]

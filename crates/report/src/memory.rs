@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use segpredict_core::message::{BatchTotals, MemoryTrack};
+use segpredict_core::stats::{BatchTotals, MemoryTrack};
 
 /// Device memory over the run's last attempt (one process, one device
 /// allocator), from its batches in order.

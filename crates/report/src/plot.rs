@@ -6,7 +6,8 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use segpredict_core::message::{BatchRecord, MemoryStats, PlotSample};
+use segpredict_core::message::{BatchRecord, MemoryStats};
+use segpredict_core::stats::PlotSample;
 
 const WIDTH: u32 = 1200;
 const PANEL_HEIGHT: u32 = 360;
