@@ -381,6 +381,119 @@ fn classify(error: &anyhow::Error) -> Failure {
 mod tests {
     use super::*;
 
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "test")
+    }
+
+    fn store(kind: std::io::ErrorKind) -> StoreError {
+        StoreError {
+            op: "writing",
+            location: "out/x".into(),
+            source: io(kind),
+        }
+    }
+
+    /// One case per error type (and per variant where the class depends on
+    /// it), wrapped in context as the pipeline wraps them.
+    #[test]
+    fn each_error_type_says_whether_a_retry_can_help() {
+        use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
+        let path = std::path::PathBuf::from("in.parquet");
+        let cases: Vec<(anyhow::Error, Failure)> = vec![
+            (
+                Permanent(anyhow::anyhow!("usage")).into(),
+                Failure::Permanent,
+            ),
+            (ShardError::NoShards.into(), Failure::Permanent),
+            (
+                ConfigError::Read {
+                    path: path.clone(),
+                    source: io(NotFound),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                ReaderError::Missing { path: path.clone() }.into(),
+                Failure::Permanent,
+            ),
+            (
+                ReaderError::Io {
+                    path: path.clone(),
+                    source: io(NotFound),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                WorkerError::ModelMissing { path: path.clone() }.into(),
+                Failure::Permanent,
+            ),
+            (WriterError::Config("x".into()).into(), Failure::Permanent),
+            (
+                WriterError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (store(StorageFull).into(), Failure::Retryable),
+            (store(PermissionDenied).into(), Failure::Permanent),
+            (ScanError::Store(store(NotFound)).into(), Failure::Retryable),
+            (
+                ScanError::Content {
+                    location: "p".into(),
+                    problem: "x".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                ManifestError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (
+                CheckpointError::Foreign {
+                    location: "o".into(),
+                    found: "f".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                CheckpointError::Locked {
+                    location: "o".into(),
+                    shard: ShardSpec::WHOLE,
+                    holder: segpredict_checkpoint::store::Holder("pid 1".into()),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                CommitError::Accounting {
+                    location: "o".into(),
+                    problem: "x".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                CommitError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (LocalShardsError::NoGpus.into(), Failure::Permanent),
+            (
+                segpredict_bucketing::BucketingError::ZeroBudget.into(),
+                Failure::Permanent,
+            ),
+            (
+                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                Failure::Permanent,
+            ),
+        ];
+        for (error, expected) in cases {
+            let error = error.context("running the pipeline");
+            assert_eq!(classify(&error), expected, "{error:#}");
+        }
+    }
+
     #[test]
     fn each_shard_writes_its_own_metrics_file() {
         let file = std::path::Path::new("/m/segpredict.prom");
