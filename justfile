@@ -29,18 +29,26 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# Debian packages the tests need (the Pushgateway the metrics test starts); root or sudo.
-setup-system:
+# What the tests need beyond the venv: the Pushgateway the metrics test
+# pushes to (Debian's prometheus-pushgateway). `just test` runs this itself;
+# it installs only when the binary is missing (root, or sudo).
+test-deps:
     #!/usr/bin/env bash
     set -euo pipefail
     if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
     sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    echo "installing prometheus-pushgateway (Debian) for the metrics test" >&2
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus-pushgateway
 
-# The test suite (CPU only; the GPU tests are listed as ignored).
-test: setup
-    cargo test --release
+# The test suite of every crate (CPU only; the GPU tests are listed as
+# ignored). Installs what the tests need first (`test-deps`).
+test: setup test-deps
+    cargo test --release --workspace
+
+# The core crate's tests alone: they build and run without libtorch.
+test-core:
+    cargo test --release -p segpredict-core -p segpredict-bucketing
 
 # The GPU tests, on a CUDA machine (they fail without one).
 test-gpu: setup
@@ -48,8 +56,8 @@ test-gpu: setup
 
 # Formatting, clippy (warnings as errors) and the Dockerfile (hadolint).
 lint: setup
-    cargo fmt --check
-    cargo clippy --release --all-targets -- -D warnings
+    cargo fmt --all --check
+    cargo clippy --release --workspace --all-targets -- -D warnings
     hadolint Dockerfile
 
 # podman runs with runc (crun fails on these hosts' cgroups); mmdebstrap makes base images.

@@ -14,18 +14,19 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::config::{ConfigError, Overrides, PipelineConfig};
-use crate::exit::{Failure, Outcome, Permanent};
 use crate::local_shards::{LocalShards, LocalShardsError};
 use crate::logging::{self, LogFormat};
-use crate::message::{ShardError, ShardSpec};
 use crate::metrics;
 use crate::pipeline;
-use crate::reader::{OnBadFile, ReaderError};
-use crate::worker::WorkerError;
-use crate::writer::checkpoint::CheckpointError;
-use crate::writer::done::ScanError;
-use crate::writer::manifest::ManifestError;
-use crate::writer::WriterError;
+use segpredict_checkpoint::checkpoint::CheckpointError;
+use segpredict_checkpoint::commit::CommitError;
+use segpredict_checkpoint::done::ScanError;
+use segpredict_checkpoint::manifest::ManifestError;
+use segpredict_checkpoint::{StoreError, WriterError};
+use segpredict_core::exit::{Failure, Outcome, Permanent};
+use segpredict_core::shard::{ShardError, ShardSpec};
+use segpredict_reader::{OnBadFile, ReaderError};
+use segpredict_worker::WorkerError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,7 +60,7 @@ enum Command {
     /// Check everything `run` checks before its first row (input files and
     /// columns, model, labels against the model's outputs, device, output
     /// directory) and stop; exit codes as `run`.
-    Check(CheckArgs),
+    Check(RunArgs),
     /// Describe Parquet input without predicting: rows, schema, suggested
     /// columns, segments per row and, with a pipeline, its batch plan.
     Inspect(InspectArgs),
@@ -132,16 +133,6 @@ impl PipelineArgs {
         }
         Ok(config)
     }
-}
-
-#[derive(Debug, clap::Args)]
-struct CheckArgs {
-    #[command(flatten)]
-    pipeline: PipelineArgs,
-    /// The number of shards the run will have (`run --shards N` or
-    /// `--shard I/N`): the output directory is checked against it.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    shards: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -311,7 +302,7 @@ pub fn main() -> ExitCode {
     // First: a signal from here on cancels the run and decides the code.
     let cancel = Arc::new(AtomicBool::new(false));
     let signals = crate::signals::install(cancel.clone());
-    crate::reader::catch_decoder_panics();
+    segpredict_reader::catch_decoder_panics();
     let cli = Cli::parse();
     logging::init(cli.log_format);
     let result = signals
@@ -320,7 +311,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args, cancel),
             Command::Calibrate(args) => tools::calibrate(args).map(|()| Outcome::Done),
             Command::Commit(args) => tools::commit(&args.dir),
-            Command::Check(args) => tools::check(args).map(|()| Outcome::Done),
+            Command::Check(args) => tools::check(args),
             Command::Speed(args) => tools::speed(args).map(|()| Outcome::Done),
             Command::Inspect(args) => tools::inspect(args).map(|()| Outcome::Done),
             Command::Completions { shell } => tools::completions(shell).map(|()| Outcome::Done),
@@ -360,17 +351,25 @@ fn classify(error: &anyhow::Error) -> Failure {
             return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<WriterError>() {
-            return matches!(e, WriterError::Config(_) | WriterError::UnknownLabel { .. });
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<ManifestError>() {
-            return matches!(e, ManifestError::Parse { .. });
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<CommitError>() {
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<ScanError>() {
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<StoreError>() {
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<LocalShardsError>() {
             return e.is_permanent();
         }
-        cause.is::<ScanError>()
-            || cause.is::<crate::bucketing::BucketingError>()
-            || cause.is::<crate::worker::calibrate::CalibrationError>()
+        cause.is::<segpredict_bucketing::BucketingError>()
+            || cause.is::<segpredict_worker::calibrate::CalibrationError>()
     });
     match permanent {
         true => Failure::Permanent,
@@ -381,6 +380,119 @@ fn classify(error: &anyhow::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "test")
+    }
+
+    fn store(kind: std::io::ErrorKind) -> StoreError {
+        StoreError {
+            op: "writing",
+            location: "out/x".into(),
+            source: io(kind),
+        }
+    }
+
+    /// One case per error type (and per variant where the class depends on
+    /// it), wrapped in context as the pipeline wraps them.
+    #[test]
+    fn each_error_type_says_whether_a_retry_can_help() {
+        use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
+        let path = std::path::PathBuf::from("in.parquet");
+        let cases: Vec<(anyhow::Error, Failure)> = vec![
+            (
+                Permanent(anyhow::anyhow!("usage")).into(),
+                Failure::Permanent,
+            ),
+            (ShardError::NoShards.into(), Failure::Permanent),
+            (
+                ConfigError::Read {
+                    path: path.clone(),
+                    source: io(NotFound),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                ReaderError::Missing { path: path.clone() }.into(),
+                Failure::Permanent,
+            ),
+            (
+                ReaderError::Io {
+                    path: path.clone(),
+                    source: io(NotFound),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                WorkerError::ModelMissing { path: path.clone() }.into(),
+                Failure::Permanent,
+            ),
+            (WriterError::Config("x".into()).into(), Failure::Permanent),
+            (
+                WriterError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (store(StorageFull).into(), Failure::Retryable),
+            (store(PermissionDenied).into(), Failure::Permanent),
+            (ScanError::Store(store(NotFound)).into(), Failure::Retryable),
+            (
+                ScanError::Content {
+                    location: "p".into(),
+                    problem: "x".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                ManifestError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (
+                CheckpointError::Foreign {
+                    location: "o".into(),
+                    found: "f".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                CheckpointError::Locked {
+                    location: "o".into(),
+                    shard: ShardSpec::WHOLE,
+                    holder: segpredict_checkpoint::store::Holder("pid 1".into()),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                CommitError::Accounting {
+                    location: "o".into(),
+                    problem: "x".into(),
+                }
+                .into(),
+                Failure::Permanent,
+            ),
+            (
+                CommitError::Store(store(StorageFull)).into(),
+                Failure::Retryable,
+            ),
+            (LocalShardsError::NoGpus.into(), Failure::Permanent),
+            (
+                segpredict_bucketing::BucketingError::ZeroBudget.into(),
+                Failure::Permanent,
+            ),
+            (
+                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                Failure::Permanent,
+            ),
+        ];
+        for (error, expected) in cases {
+            let error = error.context("running the pipeline");
+            assert_eq!(classify(&error), expected, "{error:#}");
+        }
+    }
 
     #[test]
     fn each_shard_writes_its_own_metrics_file() {

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::bucketing::BucketingConfig;
-use crate::reader::ReaderConfig;
-use crate::worker::ModelConfig;
-use crate::writer::WriterConfig;
+use segpredict_bucketing::BucketingConfig;
+use segpredict_checkpoint::WriterConfig;
+use segpredict_reader::ReaderConfig;
+use segpredict_worker::ModelConfig;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone, Deserialize)]
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn the_budget_defaults_by_device_unless_the_file_or_command_line_sets_it() {
-        use crate::bucketing::CPU_MAX_SEGMENTS;
+        use segpredict_bucketing::CPU_MAX_SEGMENTS;
         let settled = |text: &str, on_cuda: bool, cli: Option<usize>| {
             let mut config = PipelineConfig::parse(text).unwrap();
             config.apply(&Overrides {
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn model_format_defaults_to_auto_and_names_are_checked() {
-        use crate::worker::ModelFormat;
+        use segpredict_worker::ModelFormat;
         let config = PipelineConfig::parse(MINIMAL).unwrap();
         assert_eq!(config.model.format, ModelFormat::Auto);
         let text = MINIMAL.replace("[model]", "[model]\nformat = \"torchscript\"");

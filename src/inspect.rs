@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
-use crate::bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
 use crate::config::PipelineConfig;
-use crate::exit::Permanent;
-use crate::message::Segmented;
-use crate::reader::{self, ColumnRole, FileSurvey, SegmentCounts};
+use segpredict_bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
+use segpredict_core::exit::Permanent;
+use segpredict_core::message::Segmented;
+use segpredict_reader::{self as reader, ColumnRole, FileSurvey, SegmentCounts};
 
 /// What to inspect.
 #[derive(Debug, Clone, Default)]
@@ -382,7 +382,7 @@ fn plan_config(
     }
     // Padding's default follows the device the run would choose (padded on
     // CUDA, not on CPU), so the plan is the run's plan on this machine.
-    let on_cuda = crate::worker::choose_device(&config.model.device).is_ok_and(|d| d.is_cuda());
+    let on_cuda = segpredict_worker::choose_device(&config.model.device).is_ok_and(|d| d.is_cuda());
     bucketing.settle_for_device(on_cuda);
     Ok(bucketing)
 }
@@ -417,7 +417,7 @@ fn plan(bucketing: &BucketingConfig, counts: &[SegmentCounts]) -> Result<PlanSum
 }
 
 impl PlanSummary {
-    fn add(&mut self, batch: &crate::bucketing::PlannedBatch<Count>) {
+    fn add(&mut self, batch: &segpredict_bucketing::PlannedBatch<Count>) {
         self.batches += 1;
         self.rows += batch.rows.len() as u64;
         self.segments += batch.n_segments as u64;

@@ -3,13 +3,17 @@
 //! GPU through `CUDA_VISIBLE_DEVICES`; on CPU, N plain processes), forward
 //! SIGINT/SIGTERM to them, wait for all, and exit with the most severe of
 //! their codes. Each child is an ordinary `run --shard I/N`, so it resumes
-//! and commits exactly as a Kubernetes pod would.
+//! and commits exactly as a Kubernetes pod would. The children die with
+//! the parent: a parent killed with SIGKILL (which it cannot forward)
+//! still gets its children a SIGTERM from the kernel, so a rerun never
+//! races shards left running.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use crate::exit::Outcome;
+use segpredict_core::exit::Outcome;
 
 /// How many local shards: a number, or one per visible GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +105,7 @@ pub fn run(
             // Shard i gets GPU i (round robin when there are more shards).
             command.env("CUDA_VISIBLE_DEVICES", (index as usize % gpus).to_string());
         }
+        die_with_parent(&mut command);
         match command.spawn() {
             Ok(child) => children.push((index, child)),
             Err(source) => {
@@ -111,6 +116,31 @@ pub fn run(
     }
     let outcomes = wait_all(children)?;
     Ok(Outcome::most_severe(outcomes))
+}
+
+/// Has the kernel send the child SIGTERM when this process dies, however it
+/// dies. The death signal follows the thread that forked: this one, which
+/// then waits for the children until they end. If the parent died between
+/// the fork and `prctl`, the child's parent has already changed: it exits
+/// at once instead of running unwatched.
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: getpid(2) has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let watch = move || {
+        // SAFETY: prctl(2) and getppid(2) are async-signal-safe, as code
+        // between fork and exec must be; nothing here allocates.
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the closure only makes the async-signal-safe calls above.
+    unsafe { command.pre_exec(watch) };
 }
 
 /// Sends `signal` to every child still running.

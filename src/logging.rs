@@ -70,3 +70,49 @@ pub fn notice(message: &str) {
         LogFormat::Json => tracing::warn!("{message}"),
     }
 }
+
+/// The command's result on stdout: `text` for a person; for a log pipeline
+/// (`--log-format json`) one JSON object shaped like the log lines on
+/// stderr (`level`, `target`, `fields` with the `message`), carrying
+/// `fields`, so that a container's merged stdout and stderr hold only
+/// JSON. The person-readable text is then in `fields.summary`.
+pub fn result(text: &str, message: &str, fields: serde_json::Value) {
+    match format() {
+        LogFormat::Text => println!("{text}"),
+        LogFormat::Json => println!("{}", result_line(text, message, fields)),
+    }
+}
+
+fn result_line(text: &str, message: &str, fields: serde_json::Value) -> String {
+    let mut all = serde_json::Map::new();
+    all.insert("message".into(), message.into());
+    all.insert("summary".into(), text.into());
+    if let serde_json::Value::Object(extra) = fields {
+        all.extend(extra);
+    }
+    serde_json::json!({
+        "level": "INFO",
+        "target": "segpredict::result",
+        "fields": all,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_one_json_line_with_the_text_inside() {
+        let line = result_line(
+            "rows: 3\npredicted: 3",
+            "run finished",
+            serde_json::json!({ "report": { "rows_in": 3 } }),
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(value["fields"]["message"], "run finished");
+        assert_eq!(value["fields"]["report"]["rows_in"], 3);
+        assert_eq!(value["fields"]["summary"], "rows: 3\npredicted: 3");
+    }
+}

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::{Counter, CounterVec, Encoder, Gauge, Opts, Registry, TextEncoder};
 
-use crate::message::{LiveSnapshot, ShardSpec};
-use crate::report::RunReport;
+use segpredict_core::message::LiveSnapshot;
+use segpredict_core::shard::ShardSpec;
+use segpredict_report::RunReport;
 
 /// How often the Pushgateway is pushed to during a run.
 const PUSH_EVERY: Duration = Duration::from_secs(60);
@@ -433,17 +434,17 @@ type FromReport = fn(&RunReport) -> Option<f64>;
 /// the stage busy times and the timestamps.
 const FROM_REPORT: &[(&str, &str, FromReport)] = &[
     ("segpredict_rows_in", "Rows in the run's input.", |r| {
-        Some(r.rows_in as f64)
+        Some(r.rows.rows_in as f64)
     }),
     (
         "segpredict_rows_predicted_total",
         "Rows predicted and written.",
-        |r| Some(r.rows_out as f64),
+        |r| Some(r.rows.rows_out as f64),
     ),
     (
         "segpredict_rows_rejected_total",
         "Rows rejected (see _rejects.parquet).",
-        |r| Some(r.rows_rejected as f64),
+        |r| Some(r.rows.rows_rejected as f64),
     ),
     ("segpredict_segments_total", "Segments predicted.", |r| {
         Some(r.segments as f64)

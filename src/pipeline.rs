@@ -9,6 +9,7 @@
 //! stage stops at its next message, and the run returns that error.
 
 mod attempt;
+mod check;
 mod start;
 mod threads;
 
@@ -18,18 +19,20 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bucketing::{default_size_classes, Bucketer};
-use crate::commit::{commit_run, CommitState};
 use crate::config::PipelineConfig;
-use crate::message::{Calibration, ModelSpeed, Row, ShardSpec};
-use crate::reader::ReadPlan;
-use crate::report::{RunFacts, RunReport};
-use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::{self, Worker};
-use crate::writer::checkpoint::{self, DirState};
-use crate::writer::manifest::RunManifest;
-use attempt::{begin_attempt, finish_shard, Attempt};
-use start::{abandon_start, check_model_bound, memory_target, prepare_model};
+use attempt::{begin_attempt, finish_shard, Begin};
+pub use check::{check, Checked};
+use segpredict_bucketing::{default_size_classes, Bucketer};
+
+use segpredict_checkpoint::commit::{commit_run, CommitState, RunSummary};
+
+use segpredict_core::message::{Calibration, ModelSpeed, Row};
+use segpredict_core::shard::ShardSpec;
+use segpredict_reader::ReadPlan;
+use segpredict_report::{RunFacts, RunReport};
+use segpredict_worker::calibrate::parse_size;
+use segpredict_worker::{self as worker, Worker};
+use start::{abandon_start, prepare_model};
 
 /// The run was cancelled (Ctrl-C or SIGTERM) before it completed.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +81,7 @@ pub fn speed(
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
     if let Some(limit) = model.max_segments().filter(|&limit| segments > limit) {
-        return Err(crate::exit::Permanent(anyhow::anyhow!(
+        return Err(segpredict_core::exit::Permanent(anyhow::anyhow!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); asked for {segments}",
             config.model.path.display()
         ))
@@ -97,7 +100,7 @@ pub fn speed(
 
 /// The first `segments` segments of the input (`speed --input`).
 fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
-    let data = crate::reader::leading_segments(&config.readers, segments)
+    let data = segpredict_reader::leading_segments(&config.readers, segments)
         .with_context(|| format!("reading segments from {}", config.readers.path.display()))?;
     if data.is_empty() {
         bail!(
@@ -106,48 +109,6 @@ fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
         );
     }
     Ok(data)
-}
-
-/// What `check` found: the run would start.
-#[derive(Debug)]
-pub struct Checked {
-    pub files: usize,
-    pub rows: u64,
-    pub row_groups: usize,
-    /// As users write it: `cpu`, `cuda:0`.
-    pub device: String,
-    pub labels: usize,
-    /// What the run would find in the output directory.
-    pub output: DirState,
-}
-
-/// Everything [`run`] checks before its first row, in its order and with its
-/// errors, and nothing else: bucketing, input files and columns, model and
-/// labels (one tiny forward pass), device, the calibration target, and the
-/// output directory against a run of `shards` shards, left untouched.
-pub fn check(config: &PipelineConfig, shards: u32) -> Result<Checked> {
-    Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
-    let plan = config.readers.plan()?;
-    let model = load_worker(config)?;
-    check_model_bound(config, &model)?;
-    if config.auto_budget {
-        memory_target(config)?;
-        if !model.device().is_cuda() {
-            bail!(CalibrationError::NotCuda);
-        }
-    }
-    config.writers.validate()?;
-    let manifest = RunManifest::new(attempt::fingerprint(config)?, &plan.sources, shards);
-    let output = checkpoint::inspect_dir(&config.writers.dir, &manifest, config.writers.overwrite)?;
-    config.writers.check_writable()?;
-    Ok(Checked {
-        files: plan.sources.len(),
-        rows: plan.total_rows,
-        row_groups: plan.row_groups(),
-        device: worker::device_name(model.device()),
-        labels: model.labels().len(),
-        output,
-    })
 }
 
 /// What a run is asked to do beyond its pipeline file.
@@ -160,8 +121,9 @@ pub struct RunOptions {
 /// How a run ended without an error.
 #[derive(Debug)]
 pub enum RunEnd {
-    /// `_SUCCESS` of this very run was already there: nothing was done.
-    AlreadyComplete,
+    /// `_SUCCESS` of this very run was already there: nothing was done;
+    /// the committed run's summary, for the exit code it ended with.
+    AlreadyComplete(Option<RunSummary>),
     /// This shard finished in an earlier attempt.
     ShardAlreadyDone(CommitState),
     /// This attempt finished its shard (the whole input, unsharded).
@@ -173,7 +135,7 @@ pub enum RunEnd {
 
 /// Predicts every row of the pipeline's input (of this shard's units) not
 /// committed by an earlier attempt, then commits the run if every shard is
-/// done; `allocator_conf` is what `worker::configure_allocator` put in
+/// done; `allocator_conf` is what `worker::prepare_process` put in
 /// force before any thread started.
 pub fn run(
     config: &PipelineConfig,
@@ -182,6 +144,9 @@ pub fn run(
     options: RunOptions,
 ) -> Result<RunEnd> {
     let started = Instant::now();
+    // Before anything is written: a device setting that cannot work
+    // (`--device tpu`, CUDA without a GPU) leaves no run behind.
+    let on_cuda = worker::choose_device(&config.model.device)?.is_cuda();
     let (plan, attempt) = match plan_and_attempt(config, options)? {
         Ok(started) => started,
         Err(end) => return Ok(end),
@@ -190,16 +155,16 @@ pub fn run(
         seconds = started.elapsed().as_secs_f64(),
         "planned the read and began the attempt"
     );
-    if worker::choose_device(&config.model.device)?.is_cuda() {
+    if on_cuda {
         // Before the readers start, so they keep off the worker's core.
-        crate::cpu::reserve_core_for_worker();
+        segpredict_core::cpu::reserve_core_for_worker();
     }
     let prepare = || {
         prepare_model(config, &plan, allocator_conf, &attempt, started, &cancel)
-            .inspect_err(|_| abandon_start(&attempt.0))
+            .inspect_err(|_| abandon_start(&attempt))
     };
-    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.0)?;
-    finish_run(config, ran, &attempt, started, &cancel)
+    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.attempt)?;
+    finish_run(ran, &attempt, started, &cancel)
 }
 
 /// What needs no device: the bucketing and writers sections, the read
@@ -207,7 +172,7 @@ pub fn run(
 fn plan_and_attempt(
     config: &PipelineConfig,
     options: RunOptions,
-) -> Result<Result<(ReadPlan, Attempt), RunEnd>> {
+) -> Result<Result<(ReadPlan, Begin), RunEnd>> {
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
@@ -218,9 +183,8 @@ fn plan_and_attempt(
 /// The shard's accounting and done marker after its stages ended, then the
 /// run's commit if every shard is done.
 fn finish_run(
-    config: &PipelineConfig,
     ran: threads::Ran,
-    attempt: &Attempt,
+    attempt: &Begin,
     started: Instant,
     cancel: &AtomicBool,
 ) -> Result<RunEnd> {
@@ -232,13 +196,13 @@ fn finish_run(
         wall_s: started.elapsed().as_secs_f64(),
         ..ran.facts
     };
-    let report = Box::new(finish_shard(&attempt.0, ran.stages, facts)?);
+    let report = Box::new(finish_shard(attempt, ran.stages, facts)?);
     // A signal while the shard was finishing: the shard is done (its marker
     // is written) but the run reports the interruption, so a signal always
     // gives the same exit code; a rerun commits.
     if cancel.load(Ordering::Relaxed) {
         return Err(Interrupted.into());
     }
-    let commit = commit_run(&config.writers.dir)?;
+    let commit = commit_run(&*attempt.attempt.store)?;
     Ok(RunEnd::Finished { report, commit })
 }

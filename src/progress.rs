@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::message::LiveCounters;
+use segpredict_core::message::LiveCounters;
 
 const TICK: Duration = Duration::from_millis(200);
 const LOG_EVERY: Duration = Duration::from_secs(30);

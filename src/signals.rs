@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::exit::Signal;
+use segpredict_core::exit::Signal;
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static CANCEL: OnceLock<Arc<AtomicBool>> = OnceLock::new();

@@ -77,6 +77,101 @@ fn a_corrupt_dictionary_page_is_an_error_naming_file_and_row_group_not_a_panic()
     assert!(!dir.path().join("out/_SUCCESS").exists());
 }
 
+/// What a skip-mode run over one file with a bad row group left: every
+/// row of `0..rows` exactly once across output and rejects, the good rows
+/// predicted as the baseline, the rejects `bad_row_group` rows naming the
+/// file, without an id, inside `bad_rows`. Returns the rejects' reasons.
+fn assert_bad_row_group_accounted(
+    out: &Path,
+    file: &str,
+    rows: i64,
+    bad_rows: std::ops::Range<i64>,
+) -> Vec<String> {
+    let output = read_output(out);
+    let rejects = read_rejects(out);
+    assert!(!rejects.is_empty(), "no rejects in {}", out.display());
+    for reject in &rejects {
+        assert_eq!(reject.kind, "bad_row_group", "{reject:?}");
+        assert_eq!(reject.id, None, "{reject:?}");
+        assert!(reject.source_file.ends_with(file), "{reject:?}");
+        assert!(bad_rows.contains(&reject.source_row), "{reject:?}");
+    }
+    let mut seen: Vec<i64> = output
+        .iter()
+        .map(|r| r.source_row)
+        .chain(rejects.iter().map(|r| r.source_row))
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..rows).collect::<Vec<_>>(), "each row exactly once");
+    assert_same_predictions_as_baseline(&output);
+    rejects.into_iter().map(|r| r.reason).collect()
+}
+
+#[test]
+fn a_corrupt_page_in_skip_mode_rejects_its_row_group_and_the_run_goes_on() {
+    let dir = tmp();
+    let input = dir.path().join("flipped.parquet");
+    fixture(
+        "flip-byte",
+        &sample(),
+        &input,
+        &["--rows", "200", "--row-group-size", "100"],
+    );
+    let run = Pipeline::new(&input, dir.path().join("out")).run(&["--on-bad-file", "skip"]);
+    run.expect_code(3);
+    assert!(run.out_dir.join("_SUCCESS").is_file(), "{}", run.describe());
+    let reasons = assert_bad_row_group_accounted(&run.out_dir, "flipped.parquet", 200, 100..200);
+    assert!(reasons
+        .iter()
+        .all(|r| r.contains("row group 1") && r.contains("checksum")));
+    let report = read_report(&run.out_dir);
+    assert_eq!(report_u64(&report, "rows_rejected"), 100, "{report}");
+    assert_eq!(report_u64(&report, "rows_in"), 200, "{report}");
+
+    // A decoder panic (indices past the dictionary's end) likewise.
+    let input = dir.path().join("corrupt-dict.parquet");
+    fixture("corrupt-dict", &sample(), &input, &["--rows", "300"]);
+    let run = Pipeline::new(&input, dir.path().join("dict")).run(&["--on-bad-file", "skip"]);
+    run.expect_code(3);
+    let reasons = assert_bad_row_group_accounted(&run.out_dir, "corrupt-dict.parquet", 300, 0..100);
+    assert!(
+        reasons.iter().all(|r| r.contains("out of range")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_killed_skip_mode_run_over_a_corrupt_page_resumes_without_duplicates() {
+    let dir = tmp();
+    let input = dir.path().join("flipped.parquet");
+    fixture(
+        "flip-byte",
+        &sample(),
+        &input,
+        &["--rows", "600", "--row-group-size", "100"],
+    );
+    let out = dir.path().join("out");
+    let pipeline = slowed(&input, &out);
+    let file = pipeline.write(&dir.path().join("pipeline.toml"));
+    let skip = ["--on-bad-file", "skip"];
+    let mut child = spawn(&file, &skip);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let killed = kill_when(&mut child, deadline, || has_part(&out, "part-"));
+    assert!(killed, "the run ended before a part was committed");
+    let rerun = pipeline.run(&skip);
+    rerun.expect_code(3);
+    assert_bad_row_group_accounted(&out, "flipped.parquet", 600, 100..200);
+    // Run again on the finished directory: nothing is added.
+    let (output, rejects) = (read_output(&out).len(), read_rejects(&out).len());
+    let again = pipeline.run(&skip);
+    assert!(matches!(again.code, 0 | 3), "{}", again.describe());
+    assert_eq!(
+        (read_output(&out).len(), read_rejects(&out).len()),
+        (output, rejects)
+    );
+    assert_bad_row_group_accounted(&out, "flipped.parquet", 600, 100..200);
+}
+
 /// Three good files and one truncated one in a directory.
 fn three_good_and_one_truncated(dir: &Path) -> (PathBuf, Vec<InputRow>) {
     let input = dir.join("in");

@@ -11,7 +11,7 @@ use crate::util::*;
 /// rather than passing without having run.
 fn require_cuda() {
     assert!(
-        tch::Cuda::is_available(),
+        segpredict_worker::cuda_device_count() > 0,
         "this test needs a CUDA GPU (run it with `just test-gpu` on one)"
     );
 }
@@ -115,7 +115,7 @@ fn cuda_requested_without_a_gpu_is_one_line() {
 #[ignore = "needs a CUDA GPU; run with just test-gpu"]
 fn cuda_local_shards_give_one_processs_output_one_gpu_each() {
     require_cuda();
-    let gpus = tch::Cuda::device_count() as usize;
+    let gpus = segpredict_worker::cuda_device_count();
     let shards = gpus.max(2);
     let dir = tmp();
     // Row groups of 25 rows: shards are dealt (file, row group) units, so one

@@ -322,6 +322,34 @@ fn reads_files_matched_by_glob() {
 }
 
 #[test]
+fn a_recursive_glob_never_reads_underscore_or_dot_paths() {
+    let dir = tmp();
+    let root = dir.path().join("nightly");
+    for folder in ["day=1", "_progress", ".staging"] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    let good = sample_subset(&root.join("day=1"), "part-00000.parquet", 50);
+    // What segpredict, Spark and uploaders leave beside data, truncated
+    // here so that reading any of them would fail the run.
+    for marker in [
+        "_batches.parquet",
+        "_progress/part-00000.parquet",
+        ".staging/part-00001.parquet",
+        "day=1/_tmp.parquet",
+    ] {
+        fixture(
+            "truncated",
+            &sample(),
+            &root.join(marker),
+            &["--rows", "50"],
+        );
+    }
+    let pipeline = Pipeline::new(root.join("**/*.parquet"), dir.path().join("out"));
+    let output = run_clean(&pipeline, &ids_of(&read_input(&good)));
+    assert_eq!(output.len(), 50);
+}
+
+#[test]
 fn null_tags_are_read_as_empty_tag_lists() {
     let dir = tmp();
     let rows = SUBSET.to_string();

@@ -119,6 +119,11 @@ fn json_logs_are_json_lines_progress_included() {
     let input = sample_subset(dir.path(), "in.parquet", 300);
     let result = Pipeline::new(input, dir.path().join("out")).run(&["--log-format", "json"]);
     result.expect_code(0);
+    // stdout too: a container's two streams land in one log pipeline.
+    let summary = assert_json_lines(&result.stdout);
+    assert_eq!(summary.len(), 1, "{}", result.stdout);
+    assert_eq!(summary[0]["fields"]["message"], "run finished");
+    assert_eq!(summary[0]["fields"]["report"]["rows_out"], 300);
     let events = assert_json_lines(&result.stderr);
     let progress: Vec<_> = events
         .iter()
@@ -381,8 +386,8 @@ fn a_failed_run_marks_the_metrics_file_and_keeps_the_last_success_time() {
     );
 }
 
-/// Debian's `prometheus-pushgateway` (installed by `just setup-system`, which
-/// CI runs), listening on a free loopback port until dropped.
+/// Debian's `prometheus-pushgateway` (installed by `just test-deps`, which
+/// `just test` runs first), listening on a free loopback port until dropped.
 struct Pushgateway {
     child: std::process::Child,
     url: String,
@@ -403,7 +408,7 @@ impl Pushgateway {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("starting {binary} ({e}): install it with `just setup-system` (apt-get install prometheus-pushgateway)")
+                panic!("starting {binary} ({e}): install it with `just test-deps` (apt-get install prometheus-pushgateway)")
             });
         let gateway = Self {
             child,

@@ -259,6 +259,71 @@ fn local_shards_on_cpu_give_one_processs_output() {
     }
 }
 
+/// The pids of the processes whose parent is `parent`, from `/proc`.
+fn children_of(parent: u32) -> Vec<u32> {
+    list_dir(Path::new("/proc"))
+        .iter()
+        .filter_map(|p| {
+            let pid: u32 = file_name(p).parse().ok()?;
+            let stat = std::fs::read_to_string(p.join("stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            (ppid.parse::<u32>().ok()? == parent).then_some(pid)
+        })
+        .collect()
+}
+
+/// Whether `pid` still runs: there, and not a zombie left for its new
+/// parent to reap.
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(!stat.rsplit_once(')')?.1.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn local_shards_die_with_their_sigkilled_parent_and_the_rerun_completes() {
+    let dir = tmp();
+    let input = rowgroups_input(dir.path(), 1200, 50);
+    let reference = Reference::of(&slowed(&input, &dir.path().join("single")), &input);
+    let out = dir.path().join("local");
+    let pipeline = slowed(&input, &out);
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let mut parent = spawn(&file, &["--local-shards", "2"]);
+    let pid = parent.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = wait_until(&mut parent, deadline, || {
+        children_of(pid).len() == 2 && has_part(&out, "part-")
+    });
+    assert!(running, "the run ended before its shards committed");
+    let shards = children_of(pid);
+    // The shards write to the parent's stderr: it ends when they all have.
+    let mut stderr = parent.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).ok();
+        tx.send(text).ok();
+    });
+    // SIGKILL: the parent cannot forward it; the kernel must stop them.
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let stderr = rx.recv_timeout(Duration::from_secs(15));
+    // Their stderr closes a moment before they are gone.
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while shards.iter().any(|&p| is_running(p)) && Instant::now() < gone_by {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<u32> = shards.into_iter().filter(|&p| is_running(p)).collect();
+    assert!(left.is_empty(), "shards {left:?} outlived their parent");
+    // Each stopped on the SIGTERM the kernel sent, not by finishing.
+    let stderr = stderr.expect("the shards still hold stderr 15 s after their parent died");
+    let stopped = stderr.matches("interrupted").count();
+    assert_eq!(stopped, 2, "{stderr}");
+    reference.assert_complete(&pipeline.run(&["--local-shards", "2"]));
+}
+
 #[test]
 fn commit_by_hand_names_the_missing_shards() {
     let dir = tmp();

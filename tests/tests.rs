@@ -14,9 +14,12 @@
 //!   (a corrupt dictionary page, a flipped checksummed byte), a full disk,
 //!   host memory flat with ten times the rejects.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
+//! * `ownership`: the output is the run's own: foreign files survive
+//!   `--overwrite`, one writer per shard, a finished run's exit code again,
+//!   `check` and `run` agree.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
-//! * `tidy`: the architecture's rules, checked on the source text.
+//! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
 //! `util` runs the binary and reads what it writes; `util/interrupt.rs`
@@ -31,6 +34,7 @@ mod faults;
 mod gpu;
 mod inputs;
 mod ops;
+mod ownership;
 mod recovery;
 mod resume;
 mod sample;

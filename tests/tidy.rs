@@ -3,20 +3,42 @@
 
 use std::path::{Path, PathBuf};
 
-/// The stages; each may use `message` (and `cpu`), never another stage.
-const STAGES: [&str; 5] = ["reader", "bucketing", "worker", "writer", "report"];
-/// Longest function body allowed in `src/`, in lines.
+/// Longest function body allowed in the sources, in lines.
 const MAX_FN_LINES: usize = 60;
 /// `pipeline.rs` only wires the stages.
 const MAX_PIPELINE_LINES: usize = 250;
 
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    root().join("src")
+}
+
+/// Every Rust source of the workspace: the binary crate's `src/` and each
+/// crate's `crates/*/src/`, whole files (unit tests included).
+fn workspace_sources() -> Vec<PathBuf> {
+    let mut files = rust_files(&src());
+    for krate in crate_dirs() {
+        files.extend(rust_files(&krate.join("src")));
+    }
+    files
+}
+
+fn crate_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .expect("reading crates/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    dirs
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("reading src") {
+    for entry in std::fs::read_dir(dir).expect("reading a source folder") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             files.extend(rust_files(&path));
@@ -28,28 +50,68 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The stage a file belongs to: `src/<stage>.rs` or `src/<stage>/...`.
-fn stage_of(path: &Path) -> Option<&'static str> {
-    let relative = path.strip_prefix(src()).ok()?;
-    let first = relative.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    STAGES.iter().copied().find(|s| *s == name)
+/// The names in a manifest's `[dependencies]` table (not dev- or build-).
+fn dependencies(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let table: toml::Table = text.parse().unwrap();
+    let deps = table.get("dependencies").and_then(|d| d.as_table());
+    let mut names: Vec<String> = deps
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
-/// Module names a line reaches through `crate::`, grouped imports included.
-fn crate_paths(line: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut rest = line;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            found.extend(group[..end].split(',').map(|p| head(p.trim())));
-        } else {
-            found.push(head(rest));
+/// The crate graph ARCHITECTURE.md draws: which of our crates each may
+/// depend on. The compiler holds every `use` to it; this holds the
+/// manifests to the drawing.
+const LAYERS: [(&str, &[&str]); 6] = [
+    ("segpredict-core", &[]),
+    ("segpredict-bucketing", &["segpredict-core"]),
+    ("segpredict-reader", &["segpredict-core"]),
+    ("segpredict-worker", &["segpredict-core"]),
+    ("segpredict-report", &["segpredict-core"]),
+    (
+        "segpredict-checkpoint",
+        &["segpredict-core", "segpredict-report"],
+    ),
+];
+
+#[test]
+fn the_crate_graph_is_the_architectures() {
+    let mut offences = Vec::new();
+    let mut seen = Vec::new();
+    for dir in crate_dirs() {
+        let manifest = dir.join("Cargo.toml");
+        let table: toml::Table = std::fs::read_to_string(&manifest).unwrap().parse().unwrap();
+        let name = table["package"]["name"].as_str().unwrap().to_string();
+        let Some((_, allowed)) = LAYERS.iter().find(|(n, _)| *n == name) else {
+            offences.push(format!("{name}: not in ARCHITECTURE.md's crate graph"));
+            continue;
+        };
+        for dep in dependencies(&manifest) {
+            let ours = dep.starts_with("segpredict");
+            if ours && !allowed.contains(&dep.as_str()) {
+                offences.push(format!("{name} depends on {dep}"));
+            }
+            let libtorch = dep == "tch" || dep == "torch-sys";
+            if libtorch && name != "segpredict-worker" {
+                offences.push(format!(
+                    "{name} links libtorch ({dep}); only segpredict-worker may"
+                ));
+            }
+        }
+        seen.push(name);
+    }
+    for dep in dependencies(&root().join("Cargo.toml")) {
+        if dep == "tch" || dep == "torch-sys" {
+            offences.push(format!(
+                "segpredict links libtorch ({dep}); only segpredict-worker may"
+            ));
         }
     }
-    found
+    assert_eq!(seen.len(), LAYERS.len(), "crates: {seen:?}");
+    assert!(offences.is_empty(), "{}", offences.join("\n"));
 }
 
 fn head(path: &str) -> String {
@@ -57,30 +119,6 @@ fn head(path: &str) -> String {
         .next()
         .unwrap_or("")
         .to_string()
-}
-
-#[test]
-fn no_stage_imports_another_stage() {
-    let mut offences = Vec::new();
-    for file in rust_files(&src()) {
-        let Some(stage) = stage_of(&file) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(&file).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for module in crate_paths(code) {
-                if module != stage && STAGES.contains(&module.as_str()) {
-                    offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
-                }
-            }
-        }
-    }
-    assert!(
-        offences.is_empty(),
-        "stages may share only `message` types:\n{}",
-        offences.join("\n")
-    );
 }
 
 /// `(name, first line, length)` of every `fn` with a body: from its
@@ -102,9 +140,14 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
         }
         let indent = &line[..line.len() - trimmed.len()];
         let closing = format!("{indent}}}");
-        if let Some(len) = lines[i..].iter().position(|l| *l == closing) {
-            found.push((head(after), i + 1, len + 1));
-        }
+        // A function whose end is not found counts as running to the end
+        // of the file, so an odd layout fails the check instead of
+        // escaping it.
+        let len = lines[i..]
+            .iter()
+            .position(|l| *l == closing)
+            .map_or(lines.len() - i, |n| n + 1);
+        found.push((head(after), i + 1, len));
     }
     found
 }
@@ -117,6 +160,7 @@ fn fn_keyword(line: &str) -> Option<&str> {
         "pub(super) ",
         "pub ",
         "const ",
+        "async ",
         "unsafe ",
         "extern \"C\" ",
     ] {
@@ -138,7 +182,7 @@ fn is_declaration(from_signature: &[&str]) -> bool {
 #[test]
 fn no_function_in_src_is_over_60_lines() {
     let mut long = Vec::new();
-    for file in rust_files(&src()) {
+    for file in workspace_sources() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (name, line, len) in functions(&text) {
             if len > MAX_FN_LINES {
@@ -166,13 +210,13 @@ fn pipeline_only_wires() {
     );
 }
 
-/// Lines of `src/` (outside unit tests) for which `offends` holds.
+/// Lines of the workspace's sources (whole files, unit tests included)
+/// for which `offends` holds.
 fn offending_lines(offends: impl Fn(&Path, &str) -> bool) -> Vec<String> {
     let mut offences = Vec::new();
-    for file in rust_files(&src()) {
+    for file in workspace_sources() {
         let text = std::fs::read_to_string(&file).unwrap();
-        let code_before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
-        for (n, line) in code_before_tests.lines().enumerate() {
+        for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             if offends(&file, code) {
                 offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
@@ -184,7 +228,7 @@ fn offending_lines(offends: impl Fn(&Path, &str) -> bool) -> Vec<String> {
 
 #[test]
 fn every_channel_is_bounded() {
-    let offences = offending_lines(|_, code| code.contains("unbounded"));
+    let offences = offending_lines(|_, code| opens_an_unbounded_channel(code));
     assert!(
         offences.is_empty(),
         "channels are bounded, so host memory does not grow with the input:\n{}",
@@ -208,6 +252,12 @@ fn no_string_errors_in_src() {
     );
 }
 
+/// crossbeam's `unbounded`, std's `mpsc::channel` (unbounded; its bounded
+/// one is `sync_channel`), tokio's `unbounded_channel`.
+fn opens_an_unbounded_channel(code: &str) -> bool {
+    code.contains("unbounded") || code.contains("mpsc::channel") || code.contains("mpsc::{channel")
+}
+
 /// `tch::` or `torch_sys` as a path, not the end of a longer name.
 fn names_libtorch(code: &str) -> bool {
     ["tch::", "torch_sys"].iter().any(|needle| {
@@ -220,7 +270,7 @@ fn names_libtorch(code: &str) -> bool {
 
 #[test]
 fn only_the_worker_touches_libtorch() {
-    let worker = src().join("worker");
+    let worker = root().join("crates/worker");
     let offences = offending_lines(|file, code| !file.starts_with(&worker) && names_libtorch(code));
     assert!(
         offences.is_empty(),
@@ -229,23 +279,73 @@ fn only_the_worker_touches_libtorch() {
     );
 }
 
+/// The one file allowed to change the environment: it does so before the
+/// process starts any thread (`prepare_process`).
+const ENVIRONMENT_OWNER: &str = "crates/worker/src/process.rs";
+
+/// A call that changes the process's environment: std's `set_var` or
+/// `remove_var`, or libc's `setenv`, `unsetenv` or `putenv`.
+fn changes_the_environment(code: &str) -> bool {
+    ["set_var(", "remove_var(", "setenv(", "putenv("]
+        .iter()
+        .any(|call| code.contains(call))
+}
+
+#[test]
+fn the_environment_is_changed_only_before_any_thread() {
+    let owner = root().join(ENVIRONMENT_OWNER);
+    let offences = offending_lines(|file, code| file != owner && changes_the_environment(code));
+    assert!(
+        offences.is_empty(),
+        "C and C++ code reads the environment without a lock: change it only in \
+         {ENVIRONMENT_OWNER}, before any thread starts:\n{}",
+        offences.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // Guards against a tidy test that passes because it reads nothing.
-    assert_eq!(
-        crate_paths("use crate::{message, worker::Worker};"),
-        ["message", "worker"]
-    );
-    assert_eq!(crate_paths("x = crate::reader::IdKind::Str;"), ["reader"]);
     let text =
         "pub fn a() {\n    one();\n}\nfn decl();\n    fn b(\n        x: u8,\n    ) {\n    }\n\
-                fn multi_line_decl(\n    x: u8,\n) -> u8;\n}\n";
+                fn multi_line_decl(\n    x: u8,\n) -> u8;\nasync fn c() {\n    two();\n}\n  fn unclosed() {\n";
     let found: Vec<_> = functions(text)
         .into_iter()
         .map(|(n, _, len)| (n, len))
         .collect();
-    assert_eq!(found, [("a".to_string(), 3), ("b".to_string(), 4)]);
-    assert!(rust_files(&src()).len() > 20);
+    let expected = [("a", 3), ("b", 4), ("c", 3), ("unclosed", 1)];
+    let expected: Vec<(String, usize)> =
+        expected.iter().map(|(n, l)| (n.to_string(), *l)).collect();
+    assert_eq!(found, expected);
+    assert!(workspace_sources().len() > 40);
+    assert!(workspace_sources()
+        .iter()
+        .any(|f| f.ends_with("crates/bucketing/src/lib.rs")));
+    assert_eq!(crate_dirs().len(), LAYERS.len());
     assert!(names_libtorch("use tch::Device;") && names_libtorch("(tch::Kind::Float)"));
     assert!(!names_libtorch("arrow::record_batch::RecordBatch"));
+    for unbounded in [
+        "let (tx, rx) = crossbeam_channel::unbounded();",
+        "let (tx, rx) = std::sync::mpsc::channel();",
+        "use std::sync::mpsc::{channel, Sender};",
+        "let (tx, rx) = tokio::sync::mpsc::unbounded_channel();",
+    ] {
+        assert!(opens_an_unbounded_channel(unbounded), "{unbounded}");
+    }
+    assert!(!opens_an_unbounded_channel("let (tx, rx) = bounded(4);"));
+    for changes in [
+        "std::env::set_var(\"A\", \"1\");",
+        "    env::remove_var(VAR),",
+        "unsafe { libc::setenv(name, value, 1) };",
+        "libc::unsetenv(name);",
+    ] {
+        assert!(changes_the_environment(changes), "{changes}");
+    }
+    assert!(!changes_the_environment("let v = std::env::var_os(VAR);"));
+    let owner = root().join(ENVIRONMENT_OWNER);
+    let owned = std::fs::read_to_string(&owner).expect("the environment's owner exists");
+    assert!(
+        owned.lines().any(changes_the_environment),
+        "{ENVIRONMENT_OWNER} changes no variable: the check reads the wrong file"
+    );
 }

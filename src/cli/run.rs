@@ -8,35 +8,31 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use super::RunArgs;
-use crate::commit::CommitState;
-use crate::exit::{self, Outcome, Permanent};
 use crate::local_shards::LocalShards;
 use crate::logging;
-use crate::message::{ShardSpec, COMPLETION_INDEX_VAR};
 use crate::metrics;
 use crate::pipeline::{self, RunEnd, RunOptions};
-use crate::worker;
+use segpredict_checkpoint::commit::{CommitState, RunSummary};
+use segpredict_core::exit::{self, Outcome, Permanent};
+use segpredict_core::shard::{ShardSpec, COMPLETION_INDEX_VAR};
+use segpredict_worker as worker;
 
 pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
     if let Some(local) = args.local_shards {
         return run_local_shards(local);
     }
-    let shard = match (args.shard, args.shards) {
-        (Some(shard), _) => shard,
-        (None, Some(count)) => {
-            let index = std::env::var(COMPLETION_INDEX_VAR).ok();
-            ShardSpec::from_completion_index(count, index.as_deref())?
-        }
-        (None, None) => ShardSpec::WHOLE,
-    };
-    let fraction = args.max_reject_fraction;
-    if !(0.0..=1.0).contains(&fraction) {
-        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
-        return Err(Permanent(e).into());
-    }
-    let exporter = metrics::Exporter::start(args.metrics.targets(&args.pipeline.pipeline, shard));
-    let ran = args.pipeline.load(args.threads).and_then(|config| {
-        let allocator = worker::configure_allocator(&config.model);
+    let (shard, fraction) = (shard_of(&args)?, reject_fraction(&args)?);
+    let targets = args.metrics.targets(&args.pipeline.pipeline, shard);
+    // Before the exporter's thread, the first of the process: no
+    // environment variable is changed once a thread runs (see
+    // `worker::prepare_process`).
+    let loaded = args.pipeline.load(args.threads).map(|config| {
+        let inputs = config.readers.columns.input_spec();
+        let allocator = worker::prepare_process(&config.model, &inputs);
+        (config, allocator)
+    });
+    let exporter = metrics::Exporter::start(targets);
+    let ran = loaded.and_then(|(config, allocator)| {
         let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
         Ok((config, end))
     });
@@ -51,27 +47,57 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
     Ok(outcome(end, &config.writers.dir, shard, fraction))
 }
 
+/// The shard this process predicts: `--shard I/N`, `--shards N` with the
+/// index from the Indexed Job, or the whole input.
+pub(super) fn shard_of(args: &RunArgs) -> Result<ShardSpec> {
+    Ok(match (args.shard, args.shards, args.local_shards) {
+        (Some(shard), _, _) => shard,
+        (None, Some(count), _) => {
+            let index = std::env::var(COMPLETION_INDEX_VAR).ok();
+            ShardSpec::from_completion_index(count, index.as_deref())?
+        }
+        // `check --local-shards N`: every shard shares the verdict's manifest.
+        (None, None, Some(LocalShards::Count(count))) => ShardSpec::new(0, count)?,
+        (None, None, Some(LocalShards::AllGpus)) => {
+            let gpus = u32::try_from(worker::cuda_device_count()).unwrap_or(1);
+            ShardSpec::new(0, gpus.max(1))?
+        }
+        (None, None, None) => ShardSpec::WHOLE,
+    })
+}
+
+pub(super) fn reject_fraction(args: &RunArgs) -> Result<f64> {
+    let fraction = args.max_reject_fraction;
+    if !(0.0..=1.0).contains(&fraction) {
+        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
+        return Err(Permanent(e).into());
+    }
+    Ok(fraction)
+}
+
 /// How the run ended, as an exit code, said on stderr.
 fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) -> Outcome {
     match end {
-        RunEnd::AlreadyComplete => {
+        RunEnd::AlreadyComplete(summary) => {
             logging::notice(&format!(
                 "{}: this run is already complete (_SUCCESS); nothing to do",
                 dir.display()
             ));
-            Outcome::Done
+            recorded_outcome(summary.as_ref(), dir, fraction)
         }
         RunEnd::ShardAlreadyDone(commit) => {
             logging::notice(&format!("shard {shard} was already done"));
             report_commit(dir, &commit, fraction)
         }
         RunEnd::Finished { report, commit } => {
-            println!("{}", report.summary());
+            let fields = serde_json::json!({ "report": &*report });
+            logging::result(&report.summary(), "run finished", fields);
             match &commit {
                 CommitState::Committed(_) => report_commit(dir, &commit, fraction),
                 CommitState::Waiting(_) => {
                     report_commit(dir, &commit, fraction);
-                    let rejects = exit::completed(report.rows_rejected, report.rows_in, fraction);
+                    let rows = report.rows;
+                    let rejects = exit::completed(rows.rows_rejected, rows.rows_in, fraction);
                     let skipped = skipped_outcome(report.skipped_files.len() as u64, dir);
                     Outcome::most_severe([rejects, skipped])
                 }
@@ -84,11 +110,12 @@ fn outcome(end: RunEnd, dir: &std::path::Path, shard: ShardSpec, fraction: f64) 
 fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> Outcome {
     match commit {
         CommitState::Committed(totals) => {
-            let outcome = exit::completed(totals.rows_rejected, totals.rows_in, fraction);
-            if totals.rows_rejected > 0 {
+            let rows = totals.rows;
+            let outcome = exit::completed(rows.rows_rejected, rows.rows_in, fraction);
+            if rows.rows_rejected > 0 {
                 logging::notice(&format!(
                     "{} row(s) rejected; see {}",
-                    totals.rows_rejected,
+                    rows.rows_rejected,
                     dir.join("_rejects.parquet").display()
                 ));
             }
@@ -101,6 +128,20 @@ fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> 
             ));
             Outcome::Done
         }
+    }
+}
+
+/// A finished run's exit code, again: the one its commit gave (rejects
+/// over the fraction, skipped files: 3), from the totals it recorded, so
+/// the same command on a finished run says what the first one said.
+pub(super) fn recorded_outcome(
+    summary: Option<&RunSummary>,
+    dir: &std::path::Path,
+    fraction: f64,
+) -> Outcome {
+    match summary {
+        Some(summary) => report_commit(dir, &CommitState::Committed(summary.totals()), fraction),
+        None => Outcome::Done,
     }
 }
 

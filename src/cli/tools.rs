@@ -6,27 +6,45 @@
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use super::{CalibrateArgs, CheckArgs, Cli, InspectArgs, SpeedArgs};
-use crate::commit::{commit_run, CommitState, Totals};
+use super::{CalibrateArgs, Cli, InspectArgs, RunArgs, SpeedArgs};
 use crate::config::{Overrides, PipelineConfig};
-use crate::exit::Outcome;
-use crate::{pipeline, report, worker};
+use crate::pipeline;
+use segpredict_checkpoint::checkpoint::Verdict;
+use segpredict_checkpoint::commit::{commit_run, CommitState, Totals};
+use segpredict_checkpoint::layout::COMMIT_TAG;
+use segpredict_checkpoint::LocalStore;
+use segpredict_core::exit::Outcome;
+use segpredict_report as report;
+use segpredict_worker as worker;
 
-pub(super) fn check(args: CheckArgs) -> Result<()> {
-    let config = args.pipeline.load(None)?;
-    worker::configure_allocator(&config.model);
-    let checked = pipeline::check(&config, args.shards)?;
-    println!(
+/// `segpredict check` with `run`'s own flags: everything `run` checks
+/// before its first row, the same verdict on the output and the same exit
+/// code (a finished run's recorded one included), nothing written.
+pub(super) fn check(args: RunArgs) -> Result<Outcome> {
+    let (shard, fraction) = (
+        super::run::shard_of(&args)?,
+        super::run::reject_fraction(&args)?,
+    );
+    let config = args.pipeline.load(args.threads)?;
+    worker::prepare_process(&config.model, &config.readers.columns.input_spec());
+    let checked = pipeline::check(&config, shard)?;
+    let dir = &config.writers.dir;
+    let text = format!(
         "ok: {} file(s), {} rows in {} row groups; model answers {} labels on {}; output {} ({})",
         checked.files,
         checked.rows,
         checked.row_groups,
         checked.labels,
         checked.device,
-        config.writers.dir.display(),
+        dir.display(),
         checked.output
     );
-    Ok(())
+    let fields = serde_json::json!({ "output": checked.output.to_string() });
+    crate::logging::result(&text, "check passed", fields);
+    Ok(match checked.output {
+        Verdict::Complete => super::run::recorded_outcome(checked.summary.as_ref(), dir, fraction),
+        _ => Outcome::Done,
+    })
 }
 
 pub(super) fn inspect(args: InspectArgs) -> Result<()> {
@@ -57,17 +75,11 @@ pub(super) fn man() -> Result<()> {
 
 /// `segpredict commit DIR`.
 pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
-    match commit_run(dir)? {
-        CommitState::Committed(Totals {
-            rows_in,
-            rows_out,
-            rows_rejected,
-            ..
-        }) => {
-            println!(
-                "{}: committed: {rows_in} rows in, {rows_out} predicted, {rows_rejected} rejected",
-                dir.display()
-            );
+    let store = LocalStore::new(dir).tagged(COMMIT_TAG);
+    match commit_run(&store)? {
+        CommitState::Committed(Totals { rows, .. }) => {
+            let text = format!("{}: committed: {rows}", dir.display());
+            crate::logging::result(&text, "run committed", serde_json::json!({ "rows": rows }));
             Ok(Outcome::Done)
         }
         CommitState::Waiting(missing) => Err(anyhow::anyhow!(
@@ -78,8 +90,9 @@ pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
     }
 }
 
-/// A pipeline file on the device asked for (or its own), with the
-/// allocator setting in force before anything touches CUDA; returns that
+/// A pipeline file on the device asked for (or its own), with the process
+/// prepared before any thread starts (`worker::prepare_process`: the
+/// allocator setting in force before anything touches CUDA); returns that
 /// setting too.
 fn load_on_device(
     pipeline: &std::path::Path,
@@ -90,7 +103,7 @@ fn load_on_device(
         device,
         ..Overrides::default()
     });
-    let allocator = worker::configure_allocator(&config.model);
+    let allocator = worker::prepare_process(&config.model, &config.readers.columns.input_spec());
     Ok((config, allocator))
 }
 

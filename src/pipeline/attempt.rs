@@ -1,67 +1,92 @@
-//! One attempt at a run (of a shard): `_run.json` written or checked, the
-//! checkpoint's verdict, the rows earlier attempts committed, and at the
-//! end the shard's accounting and done marker.
+//! One attempt at a run (of a shard), wired to the checkpoint: what the
+//! run is (`_run.json`'s fingerprint), the checkpoint's verdict acted on,
+//! the rows earlier attempts committed kept out of the plan, and at the end
+//! the shard's accounting and done marker. The protocol itself is
+//! `segpredict_checkpoint::checkpoint`'s.
 
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
 use super::{RunEnd, RunOptions};
-use crate::commit::commit_run;
 use crate::config::PipelineConfig;
-use crate::message::{BatchTotals, Calibration};
-use crate::reader::ReadPlan;
-use crate::report::{RunFacts, RunReport, StageReports};
-use crate::worker::{Worker, WorkerError};
-use crate::writer::batch_parts::add_batch_files;
-use crate::writer::checkpoint::{self, ShardDone, Start};
-use crate::writer::done::scan_committed;
-use crate::writer::manifest::{sha256_file, Fingerprint, RunManifest};
-use crate::writer::OutputLayout;
+use segpredict_checkpoint::batch_parts::add_batch_files;
+use segpredict_checkpoint::checkpoint::{Attempt, Begun, Checkpoint, ShardAccounting, ShardDone};
+use segpredict_checkpoint::commit::{commit_run, RunSummary};
+use segpredict_checkpoint::done::scan_committed;
+use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
+use segpredict_checkpoint::{LocalStore, Store};
+use segpredict_core::message::Calibration;
+use segpredict_core::stats::BatchTotals;
+use segpredict_reader::ReadPlan;
+use segpredict_report::{RunFacts, RunReport, StageReports};
+use segpredict_worker::{Worker, WorkerError};
 
-/// This attempt's layout, the rows earlier attempts committed (predicted,
-/// rejected), the rows of this shard and the batches earlier attempts ran;
-/// or how the run ends at once (already complete, this shard already done).
-pub(super) type Attempt = (OutputLayout, (u64, u64), u64, BatchTotals);
+/// An attempt that began: the checkpoint's attempt (store, names, the
+/// shard's lock), the rows earlier attempts committed, this shard's rows,
+/// and the batches earlier attempts ran.
+#[derive(Debug)]
+pub(super) struct Begin {
+    pub checkpoint: Checkpoint,
+    pub attempt: Attempt,
+    /// Rows earlier attempts committed: predicted, rejected.
+    pub resumed: (u64, u64),
+    pub shard_rows: u64,
+    pub earlier_batches: BatchTotals,
+}
 
-/// Writes or checks `_run.json`, takes the checkpoint's verdict, and keeps
-/// the plan to this shard's rows not yet committed.
+/// The run's checkpoint: the output location's store, what the run is, and
+/// this process's shard.
+pub(super) fn checkpoint_of(
+    config: &PipelineConfig,
+    plan: &ReadPlan,
+    shards: segpredict_core::shard::ShardSpec,
+) -> Result<Checkpoint> {
+    // The run would read its own output back as input, or write over it.
+    segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
+    let store: Arc<dyn Store> =
+        Arc::new(LocalStore::new(&config.writers.dir).tagged(&shards.tag()));
+    let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);
+    Ok(Checkpoint::new(
+        store,
+        manifest,
+        shards,
+        config.writers.overwrite,
+    ))
+}
+
+/// Takes the checkpoint's verdict and acts on it, and keeps the plan to
+/// this shard's rows not yet committed; or says how the run ends at once
+/// (already complete, this shard already done).
 pub(super) fn begin_attempt(
     config: &PipelineConfig,
     plan: &mut ReadPlan,
     options: RunOptions,
-) -> Result<Result<Attempt, RunEnd>> {
-    let dir = &config.writers.dir;
-    let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, options.shard.count);
-    let overwrite = config.writers.overwrite;
-    let (layout, committed) = match checkpoint::prepare(dir, &manifest, options.shard, overwrite)? {
-        Start::AlreadyComplete => return Ok(Err(RunEnd::AlreadyComplete)),
-        Start::ShardDone => return Ok(Err(RunEnd::ShardAlreadyDone(commit_run(dir)?))),
-        Start::Predict { layout, committed } => (layout, committed),
+) -> Result<Result<Begin, RunEnd>> {
+    let checkpoint = checkpoint_of(config, plan, options.shard)?;
+    let store = checkpoint.store().clone();
+    let attempt = match checkpoint.begin()? {
+        Begun::Complete => return Ok(Err(RunEnd::AlreadyComplete(RunSummary::read(&*store)?))),
+        Begun::ShardDone => return Ok(Err(RunEnd::ShardAlreadyDone(commit_run(&*store)?))),
+        Begun::Predict(attempt) => attempt,
     };
-    let done = scan_committed(&committed, &manifest.input_rows())?;
+    let inputs = checkpoint.manifest().input_rows();
+    let done = scan_committed(&*store, &attempt.committed, &inputs)?;
     let resumed = (done.predicted(), done.rejected());
     let shard_rows = plan.select(options.shard, Arc::new(done));
-    let earlier_batches = earlier_batches(&layout)?;
-    Ok(Ok((layout, resumed, shard_rows, earlier_batches)))
-}
-
-/// The batches this shard's earlier attempts committed, summed from their
-/// batch files a record batch at a time (this attempt's own are summed as
-/// they run).
-fn earlier_batches(layout: &OutputLayout) -> Result<BatchTotals> {
-    let this_attempt = layout.batches_prefix();
-    let files: Vec<_> =
-        checkpoint::committed_batch_files(layout.dir(), Some(layout.names().shard))?
-            .into_iter()
-            .filter(|p| {
-                let name = p.file_name().unwrap_or_default().to_string_lossy();
-                !name.starts_with(&this_attempt)
-            })
-            .collect();
-    let mut totals = BatchTotals::default();
-    add_batch_files(&files, &mut totals)?;
-    Ok(totals)
+    let mut earlier_batches = BatchTotals::default();
+    add_batch_files(
+        &*store,
+        &attempt.earlier_batch_files()?,
+        &mut earlier_batches,
+    )?;
+    Ok(Ok(Begin {
+        checkpoint,
+        attempt,
+        resumed,
+        shard_rows,
+        earlier_batches,
+    }))
 }
 
 /// What the report needs to know of the run's set-up.
@@ -71,17 +96,17 @@ pub(super) fn run_facts(
     model: &Worker,
     allocator_conf: Option<String>,
     calibration: Option<Calibration>,
-    (layout, resumed, shard_rows, earlier_batches): &Attempt,
+    begin: &Begin,
 ) -> RunFacts {
-    let shard = layout.names().shard;
+    let names = begin.attempt.layout.names();
     RunFacts {
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
-        device: crate::worker::device_name(model.device()),
+        device: segpredict_worker::device_name(model.device()),
         on_cuda: model.device().is_cuda(),
         model_dtype: format!("{:?}", config.model.dtype).to_lowercase(),
         input_files: plan.sources.len(),
-        rows_in: *shard_rows,
+        rows_in: begin.shard_rows,
         max_segments: config.bucketing.max_segments,
         final_max_segments: None,
         strategy: config.bucketing.strategy,
@@ -90,12 +115,12 @@ pub(super) fn run_facts(
         allocator_conf,
         calibration,
         wall_s: 0.0,
-        resumed: *resumed,
-        attempts: layout.names().attempt,
-        shard: shard.is_sharded().then(|| shard.to_string()),
+        resumed: begin.resumed,
+        attempts: names.attempt,
+        shard: names.shard.is_sharded().then(|| names.shard.to_string()),
         skipped_files: plan.skipped.clone(),
-        earlier_batches: earlier_batches.clone(),
-        batches_file: crate::writer::BATCHES.to_string(),
+        earlier_batches: begin.earlier_batches.clone(),
+        batches_file: segpredict_checkpoint::BATCHES.to_string(),
         warm_up_s: None,
         model_ready_s: None,
     }
@@ -125,30 +150,33 @@ pub(super) fn fingerprint(config: &PipelineConfig) -> Result<Fingerprint> {
 /// Checks the shard's row accounting over all its attempts, then writes
 /// its plot and its done marker.
 pub(super) fn finish_shard(
-    layout: &OutputLayout,
+    begin: &Begin,
     stages: StageReports,
     facts: RunFacts,
 ) -> Result<RunReport> {
     let report = RunReport::from_stages(facts, &stages);
     // The accounting invariant: every input row is predicted or rejected, once.
-    if report.rows_out + report.rows_rejected != report.rows_in {
+    if !report.rows.balances() {
         bail!(
-            "row accounting failed: {} rows in, {} predicted + {} rejected over {} attempt(s); the output is incomplete",
-            report.rows_in, report.rows_out, report.rows_rejected, report.attempts
+            "row accounting failed: {} over {} attempt(s); the output is incomplete",
+            report.rows,
+            report.attempts
         );
     }
-    let svg = layout.shard_svg();
-    checkpoint::publish(&svg, report.to_svg()?.as_bytes())?;
-    let names = layout.names();
+    let attempt = &begin.attempt;
+    let svg = report.to_svg()?;
+    attempt
+        .store
+        .put(&attempt.layout.shard_svg(), svg.as_bytes())?;
+    let names = attempt.layout.names();
     let done = ShardDone {
         shard: names.shard,
-        rows_in: report.rows_in,
-        rows_out: report.rows_out,
-        rows_rejected: report.rows_rejected,
-        rows_resumed: report.rows_resumed,
-        attempts: names.attempt,
-        report: serde_json::to_value(&report)?,
+        accounting: ShardAccounting {
+            rows: report.rows,
+            attempts: names.attempt,
+        },
+        report: report.clone(),
     };
-    checkpoint::mark_shard_done(layout.dir(), &done)?;
+    begin.checkpoint.mark_shard_done(&done)?;
     Ok(report)
 }

@@ -8,25 +8,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::attempt::{run_facts, Attempt};
+use super::attempt::{run_facts, Begin};
 use super::threads::Prepared;
 use super::{load_worker, Interrupted};
-use crate::bucketing::{default_size_classes, Bucketer};
 use crate::config::PipelineConfig;
-use crate::exit::Permanent;
-use crate::message::{BatchingStrategy, Calibration, Row};
-use crate::reader::ReadPlan;
-use crate::worker::calibrate::{parse_size, CalibrationError};
-use crate::worker::{self, Worker};
-use crate::writer::checkpoint;
-use crate::writer::OutputLayout;
+use segpredict_bucketing::{default_size_classes, Bucketer};
+use segpredict_core::exit::Permanent;
+use segpredict_core::message::{BatchingStrategy, Calibration, Row};
+use segpredict_reader::ReadPlan;
+use segpredict_worker::calibrate::{parse_size, CalibrationError};
+use segpredict_worker::{self as worker, Worker};
 
 /// Undoes what beginning the attempt wrote when its start-up failed (the
 /// model, its labels, the device, or a signal), so a rerun with the cause
 /// fixed is not refused as another run's output; a failure here is logged,
 /// the start-up's error is the run's.
-pub(super) fn abandon_start(layout: &OutputLayout) {
-    if let Err(error) = checkpoint::abandon_start(layout) {
+pub(super) fn abandon_start(begin: &Begin) {
+    if let Err(error) = begin.attempt.abandon() {
         tracing::warn!(%error, "could not undo the failed start in the output directory");
     }
 }
@@ -120,7 +118,7 @@ pub(super) fn prepare_model(
     config: &PipelineConfig,
     plan: &ReadPlan,
     allocator_conf: Option<String>,
-    attempt: &Attempt,
+    attempt: &Begin,
     started: Instant,
     cancel: &AtomicBool,
 ) -> Result<Prepared> {
@@ -131,10 +129,10 @@ pub(super) fn prepare_model(
     config.bucketing.settle_for_device(model.device().is_cuda());
     check_model_bound(&config, &model)?;
     let (calibration, warm_up) = prepare_device(&mut config, &model, cancel)?;
-    let (layout, resumed, shard_rows, _) = attempt;
-    tracing::info!(files = plan.sources.len(), rows = shard_rows,
+    let (names, resumed) = (attempt.attempt.layout.names(), attempt.resumed);
+    tracing::info!(files = plan.sources.len(), rows = attempt.shard_rows,
         resumed = resumed.0 + resumed.1, row_groups = plan.row_groups(),
-        shard = %layout.names().shard, attempt = layout.names().attempt,
+        shard = %names.shard, attempt = names.attempt,
         device = %worker::device_name(model.device()), budget = config.bucketing.max_segments, "starting");
     // The budget in force: none for the `rows` strategy, as the bucketer knows.
     let budget = Bucketer::<Row>::new(&config.bucketing)?.max_segments();

@@ -16,16 +16,17 @@ use std::thread::{Scope, ScopedJoinHandle};
 use anyhow::Result;
 use crossbeam_channel::{bounded, Receiver};
 
-use crate::bucketing::{run_bucketing, BucketingConfig};
 use crate::config::PipelineConfig;
-use crate::message::{
+use crate::progress::show_progress;
+use segpredict_bucketing::{run_bucketing, BucketingConfig};
+use segpredict_checkpoint::checkpoint::Attempt;
+use segpredict_checkpoint::{self as writer, OutputSchema};
+use segpredict_core::message::{
     BucketingReport, LiveCounters, ReaderStats, RowChunk, WorkerReport, WriterMsg, WriterReport,
 };
-use crate::progress::show_progress;
-use crate::reader::{self, ReadPlan, UnitQueue};
-use crate::report::{RunFacts, StageReports};
-use crate::worker::Worker;
-use crate::writer::{self, OutputLayout, OutputSchema};
+use segpredict_reader::{self as reader, ReadPlan, UnitQueue};
+use segpredict_report::{RunFacts, StageReports};
+use segpredict_worker::Worker;
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.
@@ -65,7 +66,7 @@ struct Shared<'a> {
     budget: &'a AtomicUsize,
     cancel: &'a AtomicBool,
     downstream: &'a Downstream,
-    layout: &'a OutputLayout,
+    attempt: &'a Attempt,
 }
 
 /// Runs the stages; `prepare` (the model side of start-up) runs on this
@@ -75,7 +76,7 @@ pub(super) fn run_stages(
     plan: &ReadPlan,
     prepare: impl FnOnce() -> Result<Prepared>,
     cancel: &AtomicBool,
-    layout: &OutputLayout,
+    attempt: &Attempt,
 ) -> Result<Ran> {
     let live = Arc::new(LiveCounters::resuming(plan.rows_done()));
     let decode_pool = &config.readers.decode_pool()?;
@@ -116,7 +117,7 @@ pub(super) fn run_stages(
             budget: &budget,
             cancel,
             downstream,
-            layout,
+            attempt,
         };
         let stages = spawn_downstream(scope, shared, readers, chunks, worker).join(cancel);
         drop(stages_done);
@@ -206,7 +207,7 @@ fn spawn_downstream<'scope>(
         budget,
         cancel,
         downstream,
-        layout,
+        attempt,
         ..
     } = shared;
     let (batch_tx, batch_rx) = bounded(BATCHES_IN_FLIGHT);
@@ -225,7 +226,16 @@ fn spawn_downstream<'scope>(
         .map(|idx| {
             let messages = write_rx.clone();
             spawn(scope, cancel, (), move || {
-                writer::run_writer(layout, idx, &config.writers, schema, messages, cancel)
+                let (store, layout) = (&*attempt.store, &attempt.layout);
+                writer::run_writer(
+                    store,
+                    layout,
+                    idx,
+                    &config.writers,
+                    schema,
+                    messages,
+                    cancel,
+                )
             })
         })
         .collect();

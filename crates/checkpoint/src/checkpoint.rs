@@ -1,0 +1,698 @@
+//! The output location as the run's checkpoint, in one place: what a run
+//! finds there before its first row (the verdict, which `run` and `check`
+//! both take), the lock that keeps one writer per shard, what an attempt
+//! writes to begin and removes when its start-up fails, which committed
+//! files say which rows are done, and the markers that let the last of
+//! several shards commit the whole run (`commit.rs`). Everything goes
+//! through a [`Store`]; every name is `layout.rs`'s.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{self, AttemptNames, DataKind, Name, OutputLayout, MANIFEST, SUCCESS};
+use crate::manifest::{ManifestError, RunManifest};
+use crate::store::{Holder, Lock, Store, StoreError};
+use segpredict_core::accounting::RowCounts;
+use segpredict_core::done::Finished;
+use segpredict_core::shard::ShardSpec;
+use segpredict_report::RunReport;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("output {location} holds another run's output ({}); pass --overwrite to replace it", differences.join("; "))]
+    Refused {
+        location: String,
+        differences: Vec<String>,
+    },
+    #[error("output {location} holds segpredict's file names but no run manifest ({found}); segpredict removes only what its own runs recorded: remove them or choose another output")]
+    Unmanaged { location: String, found: String },
+    #[error("output {location} holds files segpredict did not write ({found}); it writes only into an empty directory or its own run's output, and never removes other files (not with --overwrite either)")]
+    Foreign { location: String, found: String },
+    #[error("output {location}: shard {shard} is being written by another process ({holder}); run again when it has ended")]
+    Locked {
+        location: String,
+        shard: ShardSpec,
+        holder: Holder,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{location} is not a shard marker")]
+    Marker {
+        location: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl CheckpointError {
+    /// A retry of the same command fails the same way.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CheckpointError::Refused { .. }
+            | CheckpointError::Unmanaged { .. }
+            | CheckpointError::Foreign { .. }
+            | CheckpointError::Marker { .. } => true,
+            // The other process may end: a retry can succeed.
+            CheckpointError::Locked { .. } => false,
+            CheckpointError::Store(e) => e.is_permanent(),
+            CheckpointError::Manifest(e) => e.is_permanent(),
+        }
+    }
+}
+
+/// What a run would do with its output location, decided before its first
+/// row by [`verdict`], which reads and never writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No output yet: the run starts from scratch.
+    New,
+    /// An earlier attempt of this very run: the run resumes it.
+    Resumes,
+    /// This shard finished in an earlier attempt; the run may still wait
+    /// for other shards.
+    ShardDone,
+    /// This very run is complete (`_SUCCESS`): nothing would be done.
+    Complete,
+    /// Another run's output, which `--overwrite` replaces.
+    Replaced,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::New => "new",
+            Verdict::Resumes => "resumes an earlier attempt",
+            Verdict::ShardDone => "this shard is done; the run waits for the others",
+            Verdict::Complete => "already complete",
+            Verdict::Replaced => "replaced (--overwrite)",
+        })
+    }
+}
+
+/// The accounting a shard records when it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShardAccounting {
+    pub rows: RowCounts,
+    pub attempts: u32,
+}
+
+/// What each shard records when it is done, for the commit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardDone {
+    pub shard: ShardSpec,
+    pub accounting: ShardAccounting,
+    /// The shard's own run report.
+    pub report: RunReport,
+}
+
+/// A run's checkpoint: its store, what the run is, and which shard this
+/// process writes.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    store: Arc<dyn Store>,
+    manifest: RunManifest,
+    shard: ShardSpec,
+    overwrite: bool,
+}
+
+/// An attempt that began: its names, the store, the lock it holds until it
+/// is dropped, and the committed files of earlier attempts.
+#[derive(Debug)]
+pub struct Attempt {
+    pub store: Arc<dyn Store>,
+    pub layout: OutputLayout,
+    pub committed: Vec<Committed>,
+    _lock: Box<dyn Lock>,
+}
+
+/// A committed data file and how its rows were finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub key: String,
+    pub finished: Finished,
+}
+
+/// How an attempt began.
+#[derive(Debug)]
+pub enum Begun {
+    /// Predict every row not in the committed files.
+    Predict(Attempt),
+    /// This shard finished earlier: only the commit may be left.
+    ShardDone,
+    /// `_SUCCESS` of this very run is there: nothing touched.
+    Complete,
+}
+
+impl Checkpoint {
+    pub fn new(
+        store: Arc<dyn Store>,
+        manifest: RunManifest,
+        shard: ShardSpec,
+        overwrite: bool,
+    ) -> Self {
+        Self {
+            store,
+            manifest,
+            shard,
+            overwrite,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn manifest(&self) -> &RunManifest {
+        &self.manifest
+    }
+
+    /// What the run would do with its output: `check` reports it, `run`
+    /// acts on it ([`Checkpoint::begin`]). Reads only.
+    pub fn verdict(&self) -> Result<Verdict, CheckpointError> {
+        let keys = self.store.list("")?;
+        let foreign: Vec<&String> = keys.iter().filter(|k| !is_ours_or_ignored(k)).collect();
+        if let Some(first) = foreign.first() {
+            return Err(CheckpointError::Foreign {
+                location: self.store.location(),
+                found: describe(foreign.len(), first),
+            });
+        }
+        let recorded = match RunManifest::read(self.store.as_ref()) {
+            Err(ManifestError::Parse { .. }) if self.overwrite => return Ok(Verdict::Replaced),
+            other => other?,
+        };
+        let Some(recorded) = recorded else {
+            return self.verdict_without_manifest(&keys);
+        };
+        let differences = self.manifest.differences_from(&recorded);
+        match (differences.is_empty(), self.overwrite) {
+            (true, _) if keys.iter().any(|k| k == SUCCESS) => Ok(Verdict::Complete),
+            (true, _) if keys.contains(&OutputLayout::done_marker(self.shard)) => {
+                Ok(Verdict::ShardDone)
+            }
+            (true, _) => Ok(Verdict::Resumes),
+            (false, true) => Ok(Verdict::Replaced),
+            (false, false) => Err(CheckpointError::Refused {
+                location: self.store.location(),
+                differences,
+            }),
+        }
+    }
+
+    /// No manifest: new, unless files with our names are there (written by
+    /// no run this version recorded): those are refused, even with
+    /// `--overwrite`, since nothing says which run they are.
+    fn verdict_without_manifest(&self, keys: &[String]) -> Result<Verdict, CheckpointError> {
+        // Locks and temporary files are what a starting run writes first.
+        let data: Vec<&String> = keys
+            .iter()
+            .filter(|k| !matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary)))
+            .collect();
+        match data.first() {
+            None => Ok(Verdict::New),
+            Some(first) => Err(CheckpointError::Unmanaged {
+                location: self.store.location(),
+                found: describe(data.len(), first),
+            }),
+        }
+    }
+
+    /// Begins an attempt: takes this shard's lock, takes the verdict and
+    /// acts on it (writes the manifest of a new run, replaces another
+    /// run's output with `--overwrite`), removes this shard's leftovers and
+    /// writes the attempt's marker.
+    pub fn begin(&self) -> Result<Begun, CheckpointError> {
+        // First without the lock, which is a file in the output: a location
+        // that is refused gets nothing written into it, and a finished run
+        // is not touched at all.
+        if self.verdict()? == Verdict::Complete {
+            return Ok(Begun::Complete);
+        }
+        self.store.ensure()?;
+        let lock = self.lock()?;
+        // Again under the lock: another writer may have finished meanwhile.
+        match self.verdict()? {
+            Verdict::Complete => return Ok(Begun::Complete),
+            Verdict::Replaced => self.replace()?,
+            Verdict::New => self.write_manifest()?,
+            Verdict::Resumes | Verdict::ShardDone => {}
+        }
+        let keys = self.store.list("")?;
+        let attempt = layout::last_attempt(&keys, self.shard) + 1;
+        let layout = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt,
+        });
+        self.remove_leftovers(&layout, &keys)?;
+        if keys.contains(&OutputLayout::done_marker(self.shard)) {
+            return Ok(Begun::ShardDone);
+        }
+        self.store
+            .put_if_absent(&layout.attempt_marker(), started_marker().as_bytes())?;
+        Ok(Begun::Predict(Attempt {
+            store: self.store.clone(),
+            layout,
+            committed: committed_files(&keys, Some(self.shard)),
+            _lock: lock,
+        }))
+    }
+
+    fn lock(&self) -> Result<Box<dyn Lock>, CheckpointError> {
+        let key = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt: 0,
+        })
+        .lock();
+        match self.store.lock(&key, &Holder(holder_text()))? {
+            Ok(lock) => Ok(lock),
+            Err(holder) => Err(CheckpointError::Locked {
+                location: self.store.location(),
+                shard: self.shard,
+                holder,
+            }),
+        }
+    }
+
+    /// A new run's manifest. Another shard of this run may have written it
+    /// first (the same bytes); another run's is refused.
+    fn write_manifest(&self) -> Result<(), CheckpointError> {
+        if self.manifest.write_if_absent(self.store.as_ref())? {
+            return Ok(());
+        }
+        match RunManifest::read(self.store.as_ref())? {
+            Some(recorded) if self.manifest.differences_from(&recorded).is_empty() => Ok(()),
+            Some(recorded) => Err(CheckpointError::Refused {
+                location: self.store.location(),
+                differences: self.manifest.differences_from(&recorded),
+            }),
+            None => Ok(self.manifest.write(self.store.as_ref())?),
+        }
+    }
+
+    /// Removes every file another run of ours wrote (the verdict has
+    /// checked that nothing else is there), locks aside, then records this
+    /// run.
+    fn replace(&self) -> Result<(), CheckpointError> {
+        for key in self.store.list("")? {
+            if matches!(Name::parse(&key), Some(Name::Lock(_))) || !layout::is_ours(&key) {
+                continue;
+            }
+            self.store.delete(&key)?;
+        }
+        Ok(self.manifest.write(self.store.as_ref())?)
+    }
+
+    fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {
+        for key in keys.iter().filter(|k| layout.is_leftover(k)) {
+            self.store.delete(key)?;
+            tracing::info!(file = %self.store.locate(key), "removed a killed attempt's temporary file");
+        }
+        Ok(())
+    }
+
+    /// Records that this shard finished, durably.
+    pub fn mark_shard_done(&self, done: &ShardDone) -> Result<(), CheckpointError> {
+        let key = OutputLayout::done_marker(done.shard);
+        let text = serde_json::to_vec_pretty(done).map_err(|source| CheckpointError::Marker {
+            location: self.store.locate(&key),
+            source,
+        })?;
+        Ok(self.store.put(&key, &text)?)
+    }
+}
+
+impl Attempt {
+    /// Undoes what [`Checkpoint::begin`] wrote for an attempt whose
+    /// start-up failed before it predicted anything: its attempt marker,
+    /// and then, if nothing else of the run is there (no other attempt,
+    /// nothing committed, no shard done), the manifest, so a rerun with the
+    /// cause fixed (another model, say) is a new run, not another run's
+    /// output to refuse.
+    pub fn abandon(&self) -> Result<(), CheckpointError> {
+        self.store.delete(&self.layout.attempt_marker())?;
+        let keys = self.store.list("")?;
+        let own_lock = self.layout.lock();
+        // Another shard's lock means another process may be starting on
+        // this manifest: leave it.
+        let only_manifest = keys.iter().all(|k| {
+            k == MANIFEST || *k == own_lock || matches!(Name::parse(k), Some(Name::Temporary))
+        });
+        if only_manifest {
+            self.store.delete(MANIFEST)?;
+            // Held by this process until it exits; nothing else is left.
+            self.store.delete(&own_lock)?;
+        }
+        Ok(())
+    }
+
+    /// The committed batch-record files of this shard's earlier attempts.
+    pub fn earlier_batch_files(&self) -> Result<Vec<String>, CheckpointError> {
+        let keys = self.store.list("")?;
+        let shard = self.layout.names().shard;
+        Ok(layout::committed(&keys, DataKind::Batches, Some(shard))
+            .into_iter()
+            .filter(|key| match Name::parse(key) {
+                Some(Name::Data { names, .. }) => names != self.layout.names(),
+                _ => false,
+            })
+            .collect())
+    }
+}
+
+/// `lost+found` is the file system's, at the root of a mounted volume.
+fn is_ours_or_ignored(key: &str) -> bool {
+    layout::is_ours(key) || key.starts_with("lost+found/") || key == "lost+found"
+}
+
+fn describe(count: usize, first: &str) -> String {
+    match count {
+        1 => first.to_string(),
+        n => format!("{n} files such as {first}"),
+    }
+}
+
+/// Who holds a shard's lock, for the process refused next.
+fn holder_text() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!("pid {} on {host}, since {}", std::process::id(), unix_now())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn started_marker() -> String {
+    serde_json::json!({ "pid": std::process::id(), "started_unix_s": unix_now() }).to_string()
+}
+
+/// The committed parts and rejects files among `keys`, of `shard` (of every
+/// shard with `None`), sorted by name.
+pub fn committed_files(keys: &[String], shard: Option<ShardSpec>) -> Vec<Committed> {
+    let parts = layout::committed(keys, DataKind::Part, shard);
+    let rejects = layout::committed(keys, DataKind::Rejects, shard);
+    let predicted = parts.into_iter().map(|key| Committed {
+        key,
+        finished: Finished::Predicted,
+    });
+    let rejected = rejects.into_iter().map(|key| Committed {
+        key,
+        finished: Finished::Rejected,
+    });
+    predicted.chain(rejected).collect()
+}
+
+/// Every shard's marker when all `count` shards are done; otherwise the
+/// shards that are not.
+pub fn shards_done(
+    store: &dyn Store,
+    count: u32,
+) -> Result<Result<Vec<ShardDone>, Vec<u32>>, CheckpointError> {
+    let mut done = Vec::new();
+    let mut missing = Vec::new();
+    for index in 0..count {
+        let key = OutputLayout::done_marker(ShardSpec { index, count });
+        match store.get(&key)? {
+            Some(bytes) => done.push(serde_json::from_slice(&bytes).map_err(|source| {
+                CheckpointError::Marker {
+                    location: store.locate(&key),
+                    source,
+                }
+            })?),
+            None => missing.push(index),
+        }
+    }
+    Ok(match missing.is_empty() {
+        true => Ok(done),
+        false => Err(missing),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{Fingerprint, InputRecord, MANIFEST_FORMAT};
+    use crate::store::LocalStore;
+
+    fn manifest(shards: u32) -> RunManifest {
+        RunManifest {
+            format: MANIFEST_FORMAT,
+            segpredict_version: "test".into(),
+            fingerprint: Fingerprint {
+                model_sha256: "00".into(),
+                labels_sha256: "11".into(),
+                columns: "c".into(),
+                dtype: "f32".into(),
+            },
+            inputs: vec![InputRecord {
+                path: "in.parquet".into(),
+                size: 1,
+                mtime_ns: 2,
+                rows: 3,
+                footer_sha256: "ff".repeat(32),
+            }],
+            shards,
+        }
+    }
+
+    fn checkpoint(
+        dir: &std::path::Path,
+        m: RunManifest,
+        shard: ShardSpec,
+        overwrite: bool,
+    ) -> Checkpoint {
+        let store = LocalStore::new(dir).tagged(&shard.tag());
+        Checkpoint::new(Arc::new(store), m, shard, overwrite)
+    }
+
+    fn whole(dir: &std::path::Path) -> Checkpoint {
+        checkpoint(dir, manifest(1), ShardSpec::WHOLE, false)
+    }
+
+    fn begin(c: &Checkpoint) -> Attempt {
+        match c.begin().unwrap() {
+            Begun::Predict(attempt) => attempt,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn keys(dir: &std::path::Path) -> Vec<String> {
+        LocalStore::new(dir).list("").unwrap()
+    }
+
+    #[test]
+    fn a_fresh_directory_gets_a_manifest_attempt_one_and_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let c = whole(&out);
+        assert_eq!(c.verdict().unwrap(), Verdict::New);
+        assert!(!out.exists(), "the verdict wrote nothing");
+        let attempt = begin(&c);
+        assert_eq!(attempt.layout.names().attempt, 1);
+        assert!(attempt.committed.is_empty());
+        assert_eq!(
+            keys(&out),
+            [
+                "_progress/attempt-s000of001-a001.json",
+                "_progress/lock-s000of001",
+                MANIFEST
+            ]
+        );
+        assert_eq!(c.verdict().unwrap(), Verdict::Resumes);
+    }
+
+    #[test]
+    fn a_second_writer_of_a_shard_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = whole(dir.path());
+        let first = begin(&c);
+        let e = c.begin().unwrap_err();
+        assert!(matches!(e, CheckpointError::Locked { .. }), "{e}");
+        assert!(!e.is_permanent());
+        assert!(
+            e.to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "{e}"
+        );
+        drop(first);
+        assert_eq!(begin(&c).layout.names().attempt, 2);
+    }
+
+    #[test]
+    fn a_second_attempt_removes_its_leftovers_and_lists_committed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let c = whole(out);
+        let first = begin(&c);
+        let store = LocalStore::new(out);
+        store.put(&first.layout.part(0, 1), b"").unwrap();
+        store.put(&first.layout.rejects_part(0, 1), b"").unwrap();
+        let leftover = crate::layout::temp_key(&first.layout.part(0, 2), "s000of001-1-0");
+        store.put(&leftover, b"half").unwrap();
+        drop(first);
+        let second = begin(&c);
+        assert_eq!(second.layout.names().attempt, 2);
+        let committed: Vec<(&str, Finished)> = second
+            .committed
+            .iter()
+            .map(|c| (c.key.as_str(), c.finished))
+            .collect();
+        assert_eq!(
+            committed,
+            [
+                ("part-a001-00-00001.parquet", Finished::Predicted),
+                (
+                    "_progress/rejects-a001-00-00001.parquet",
+                    Finished::Rejected
+                )
+            ]
+        );
+        assert!(!keys(out).contains(&leftover));
+    }
+
+    #[test]
+    fn a_killed_commits_temporary_files_are_removed_by_its_own_shard_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let shard = |i| ShardSpec::new(i, 3).unwrap();
+        let c1 = checkpoint(out, manifest(3), shard(1), false);
+        drop(begin(&c1));
+        // Shard 1 finished and was killed while committing the run.
+        let store = LocalStore::new(out);
+        let ones = crate::layout::temp_key(SUCCESS, "s001of003-9-0");
+        let twos = crate::layout::temp_key("_rejects.parquet", "s002of003-9-0");
+        store.put(&ones, b"").unwrap();
+        store.put(&twos, b"").unwrap();
+        let done = ShardDone {
+            shard: shard(1),
+            accounting: ShardAccounting::default(),
+            report: serde_json::from_value(sample_report()).unwrap(),
+        };
+        c1.mark_shard_done(&done).unwrap();
+        assert_eq!(c1.verdict().unwrap(), Verdict::ShardDone);
+        assert!(matches!(c1.begin().unwrap(), Begun::ShardDone));
+        let left = keys(out);
+        assert!(
+            !left.contains(&ones),
+            "its own commit's leftover stays: {left:?}"
+        );
+        assert!(
+            left.contains(&twos),
+            "another shard's temporary file was removed"
+        );
+        assert_eq!(shards_done(&store, 3).unwrap().unwrap_err(), vec![0, 2]);
+    }
+
+    /// A report as a shard's marker carries it, minimal.
+    fn sample_report() -> serde_json::Value {
+        serde_json::json!({
+            "input": "in", "output": "out", "device": "cpu", "model_dtype": "f32",
+            "input_files": 1, "rows_in": 0, "rows_out": 0, "rows_rejected": 0,
+            "rows_resumed": 0, "attempts": 1, "skipped_files": [], "batches": 0,
+            "segments": 0, "padded_segments": 0, "oversized_batches": 0,
+            "max_segments": 1, "final_max_segments": null, "size_classes": [],
+            "cudnn_benchmark": false, "channels_last": false, "allocator_conf": null,
+            "oom_events": 0, "oom_rejected_rows": 0, "wall_s": 0.0, "rows_per_s": 0.0,
+            "segments_per_s": 0.0, "busy_s": {}, "strategy": "SegmentBudget",
+            "batches_file": "_batches.parquet"
+        })
+    }
+
+    #[test]
+    fn another_runs_output_is_refused_naming_the_difference_unless_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let first = begin(&whole(out));
+        LocalStore::new(out)
+            .put(&first.layout.part(0, 1), b"")
+            .unwrap();
+        drop(first);
+        let mut other = manifest(1);
+        other.fingerprint.model_sha256 = "99".into();
+        let refused = checkpoint(out, other.clone(), ShardSpec::WHOLE, false);
+        let e = refused.begin().unwrap_err();
+        assert!(e.is_permanent());
+        assert!(e.to_string().contains("model differs"), "{e}");
+        let replacing = checkpoint(out, other.clone(), ShardSpec::WHOLE, true);
+        assert_eq!(replacing.verdict().unwrap(), Verdict::Replaced);
+        drop(begin(&replacing));
+        assert!(!keys(out).contains(&"part-a001-00-00001.parquet".to_string()));
+        let store = LocalStore::new(out);
+        assert_eq!(RunManifest::read(&store).unwrap(), Some(other));
+    }
+
+    #[test]
+    fn files_segpredict_did_not_write_are_refused_and_survive_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        // A Spark dataset: its own part names, `_SUCCESS` and a checksum.
+        for name in [
+            "part-00000-5f1c.snappy.parquet",
+            "_SUCCESS",
+            ".part-00000-5f1c.crc",
+        ] {
+            std::fs::write(out.join(name), b"theirs").unwrap();
+        }
+        for overwrite in [false, true] {
+            let c = checkpoint(out, manifest(1), ShardSpec::WHOLE, overwrite);
+            let e = c.verdict().unwrap_err();
+            assert!(matches!(e, CheckpointError::Foreign { .. }), "{e}");
+            assert!(e.is_permanent());
+            assert!(c.begin().is_err());
+        }
+        let mut left = keys(out);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".part-00000-5f1c.crc",
+                "_SUCCESS",
+                "part-00000-5f1c.snappy.parquet"
+            ]
+        );
+    }
+
+    #[test]
+    fn our_names_without_a_manifest_are_refused_even_with_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("part-a001-00-00001.parquet"), b"").unwrap();
+        let c = checkpoint(dir.path(), manifest(1), ShardSpec::WHOLE, true);
+        let e = c.begin().unwrap_err();
+        assert!(matches!(e, CheckpointError::Unmanaged { .. }), "{e}");
+        assert_eq!(keys(dir.path()), ["part-a001-00-00001.parquet"]);
+    }
+
+    #[test]
+    fn a_finished_run_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = whole(dir.path());
+        drop(begin(&c));
+        LocalStore::new(dir.path()).put(SUCCESS, b"").unwrap();
+        let before = keys(dir.path());
+        assert_eq!(c.verdict().unwrap(), Verdict::Complete);
+        assert!(matches!(c.begin().unwrap(), Begun::Complete));
+        assert_eq!(keys(dir.path()), before);
+    }
+
+    #[test]
+    fn an_abandoned_start_leaves_a_new_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = whole(dir.path());
+        let attempt = begin(&c);
+        attempt.abandon().unwrap();
+        drop(attempt);
+        assert_eq!(c.verdict().unwrap(), Verdict::New);
+        assert!(keys(dir.path()).is_empty(), "{:?}", keys(dir.path()));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let mut other = manifest(1);
+        other.fingerprint.model_sha256 = "99".into();
+        let fixed = checkpoint(dir.path(), other, ShardSpec::WHOLE, false);
+        assert_eq!(fixed.verdict().unwrap(), Verdict::New);
+    }
+}

@@ -1,0 +1,271 @@
+//! Committing a run: once every shard's done marker is there, check every
+//! shard's accounting against the manifest and the committed files, merge
+//! the rejects into `_rejects.parquet` and every shard's and attempt's
+//! batch records into `_batches.parquet`, write `_report.json`, and write
+//! `_SUCCESS` last. The shard that finishes last does this, and so does
+//! `segpredict commit DIR` by hand.
+//!
+//! Two shards finishing at once may both commit: each puts every object
+//! whole (the store's promise) with the same content, so the output is
+//! complete whichever put lands last. Each shard writes its marker before
+//! it looks for the others', so of two shards finishing together at least
+//! one sees both markers.
+
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use serde::{Deserialize, Serialize};
+
+use crate::batch_parts::merge_batches;
+use crate::checkpoint::{self, Committed, ShardDone};
+use crate::layout::{self, DataKind, BATCHES, REJECTS, REPORT_JSON, SUCCESS};
+use crate::manifest::RunManifest;
+use crate::reject_parts::merge_rejects;
+use crate::store::{Store, StoreError};
+use crate::WriterError;
+use segpredict_core::accounting::RowCounts;
+use segpredict_core::done::Finished;
+use segpredict_core::message::SkippedFile;
+use segpredict_report::RunReport;
+
+/// Totals over every shard of a run: what `_report.json` records of the
+/// whole run, read back by a rerun of a finished run for its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Totals {
+    #[serde(flatten)]
+    pub rows: RowCounts,
+    pub attempts: u32,
+    /// Input files left out (`on_bad_file = "skip"`).
+    pub skipped_files: u64,
+}
+
+/// Whether a run could be committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitState {
+    Committed(Totals),
+    /// These shards are not done yet.
+    Waiting(Vec<u32>),
+}
+
+/// Why a run could not be committed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("{location} holds no segpredict run (no _run.json)")]
+    NoRun { location: String },
+    #[error("{location}: {problem}; the output is incomplete")]
+    Accounting { location: String, problem: String },
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::CheckpointError),
+    #[error(transparent)]
+    Writer(#[from] WriterError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("reading {location}")]
+    Parquet {
+        location: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("reading {location}")]
+    Arrow {
+        location: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("writing {location}")]
+    Json {
+        location: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl CommitError {
+    /// Accounting that does not add up, or a run that is not there, stays
+    /// so on a retry; reading and writing may succeed next time.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CommitError::NoRun { .. } | CommitError::Accounting { .. } => true,
+            CommitError::Parquet { .. } | CommitError::Arrow { .. } | CommitError::Json { .. } => {
+                true
+            }
+            CommitError::Checkpoint(e) => e.is_permanent(),
+            CommitError::Writer(e) => e.is_permanent(),
+            CommitError::Store(e) => e.is_permanent(),
+        }
+    }
+}
+
+/// The whole run's report in `_report.json`: the shard's own for a run of
+/// one shard, the totals and every shard's for several.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RunSummary {
+    Sharded(ShardedSummary),
+    Single(Box<RunReport>),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardedSummary {
+    #[serde(flatten)]
+    pub totals: Totals,
+    pub batches: u64,
+    pub batches_file: String,
+    pub shards: Vec<RunReport>,
+}
+
+impl RunSummary {
+    pub fn totals(&self) -> Totals {
+        match self {
+            RunSummary::Sharded(s) => s.totals,
+            RunSummary::Single(report) => Totals {
+                rows: report.rows,
+                attempts: report.attempts,
+                skipped_files: report.skipped_files.len() as u64,
+            },
+        }
+    }
+
+    /// The committed run's summary, for a rerun of a finished run.
+    pub fn read(store: &dyn Store) -> Result<Option<RunSummary>, CommitError> {
+        let Some(bytes) = store.get(REPORT_JSON)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| CommitError::Json {
+                location: store.locate(REPORT_JSON),
+                source,
+            })
+    }
+}
+
+/// Commits the run in `store` if every shard is done.
+pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
+    let manifest = RunManifest::read(store)
+        .map_err(checkpoint::CheckpointError::from)?
+        .ok_or_else(|| CommitError::NoRun {
+            location: store.location(),
+        })?;
+    let shards = match checkpoint::shards_done(store, manifest.shards)? {
+        Ok(shards) => shards,
+        Err(missing) => return Ok(CommitState::Waiting(missing)),
+    };
+    let keys = store.list("")?;
+    let committed = checkpoint::committed_files(&keys, None);
+    let mut totals = check_accounting(store, &manifest, &shards, &committed)?;
+    let rejects: Vec<String> = committed
+        .iter()
+        .filter(|c| c.finished == Finished::Rejected)
+        .map(|c| c.key.clone())
+        .collect();
+    // Every shard planned the same input files, so skipped the same ones.
+    let skipped: Vec<SkippedFile> = shards
+        .first()
+        .map(|s| s.report.skipped_files.clone())
+        .unwrap_or_default();
+    totals.skipped_files = skipped.len() as u64;
+    let id_type = id_type(store, &committed)?;
+    merge_rejects(store, &rejects, REJECTS, id_type, &skipped)?;
+    let batch_files = layout::committed(&keys, DataKind::Batches, None);
+    merge_batches(store, &batch_files, BATCHES)?;
+    write_report(store, shards, totals)?;
+    store.put(SUCCESS, b"")?;
+    Ok(CommitState::Committed(totals))
+}
+
+/// Every shard's rows add up, the shards cover the input, and the committed
+/// files hold exactly the rows the markers say (counted from the Parquet
+/// footers, not read).
+fn check_accounting(
+    store: &dyn Store,
+    manifest: &RunManifest,
+    shards: &[ShardDone],
+    committed: &[Committed],
+) -> Result<Totals, CommitError> {
+    let failed = |problem: String| CommitError::Accounting {
+        location: store.location(),
+        problem,
+    };
+    let mut totals = Totals::default();
+    for shard in shards {
+        let rows = shard.accounting.rows;
+        if !rows.balances() {
+            return Err(failed(format!("shard {} accounts for {rows}", shard.shard)));
+        }
+        totals.rows.add(rows);
+        totals.attempts += shard.accounting.attempts;
+    }
+    let input_rows: u64 = manifest.inputs.iter().map(|i| i.rows).sum();
+    if totals.rows.rows_in != input_rows {
+        return Err(failed(format!(
+            "the shards account for {} rows of an input of {input_rows}",
+            totals.rows.rows_in
+        )));
+    }
+    let (mut predicted, mut rejected) = (0u64, 0u64);
+    for file in committed {
+        let rows = footer_rows(store, &file.key)?;
+        match file.finished {
+            Finished::Predicted => predicted += rows,
+            Finished::Rejected => rejected += rows,
+        }
+    }
+    if (predicted, rejected) != (totals.rows.rows_out, totals.rows.rows_rejected) {
+        return Err(failed(format!(
+            "the committed files hold {predicted} predicted and {rejected} rejected rows, the shards say {} and {}",
+            totals.rows.rows_out, totals.rows.rows_rejected
+        )));
+    }
+    Ok(totals)
+}
+
+/// The run's id type as its committed files carry it, so `_rejects.parquet`
+/// types the id as the parts do (text for a run that committed nothing).
+fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, CommitError> {
+    let Some(first) = committed.first() else {
+        return Ok(DataType::Utf8);
+    };
+    let location = store.locate(&first.key);
+    let bytes = store.get(&first.key)?.unwrap_or_default();
+    let parquet_error = |source| CommitError::Parquet {
+        location: location.clone(),
+        source,
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet_error)?;
+    let field = builder
+        .schema()
+        .field_with_name("id")
+        .map_err(|source| CommitError::Arrow { location, source })?;
+    Ok(field.data_type().clone())
+}
+
+fn footer_rows(store: &dyn Store, key: &str) -> Result<u64, CommitError> {
+    let bytes = store.get(key)?.unwrap_or_default();
+    let reader = SerializedFileReader::new(bytes).map_err(|source| CommitError::Parquet {
+        location: store.locate(key),
+        source,
+    })?;
+    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
+}
+
+fn write_report(
+    store: &dyn Store,
+    shards: Vec<ShardDone>,
+    totals: Totals,
+) -> Result<(), CommitError> {
+    let summary = match shards.len() {
+        1 => RunSummary::Single(Box::new(shards.into_iter().next().expect("one").report)),
+        _ => RunSummary::Sharded(ShardedSummary {
+            totals,
+            batches: shards.iter().map(|s| s.report.batches).sum(),
+            batches_file: BATCHES.to_string(),
+            shards: shards.into_iter().map(|s| s.report).collect(),
+        }),
+    };
+    let text = serde_json::to_string_pretty(&summary).map_err(|source| CommitError::Json {
+        location: store.locate(REPORT_JSON),
+        source,
+    })?;
+    Ok(store.put(REPORT_JSON, text.as_bytes())?)
+}

@@ -1,0 +1,12 @@
+//! segpredict's shared vocabulary: the messages stages exchange, the
+//! dealing of input units to shards, the done set, fixed-size batch
+//! statistics, the exit codes and CPU priorities. It links no libtorch, so
+//! its tests build and run without it.
+
+pub mod accounting;
+pub mod cpu;
+pub mod done;
+pub mod exit;
+pub mod message;
+pub mod shard;
+pub mod stats;

@@ -1,0 +1,614 @@
+//! The messages stages exchange. No stage imports another stage: they share
+//! only these types, sent over bounded crossbeam channels.
+
+use crate::stats::{BatchTotals, MemoryTrack, PlotSample};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+/// Anything with a segment count can be bucketed.
+pub trait Segmented {
+    fn n_segments(&self) -> usize;
+}
+
+/// The type of the id column: the readers find it, the writers keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Str,
+    Int,
+    /// Unsigned 64-bit ids, kept unsigned: values above `i64::MAX` exist.
+    UInt,
+}
+
+impl std::fmt::Display for IdKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IdKind::Str => "a string",
+            IdKind::Int => "an integer",
+            IdKind::UInt => "an unsigned 64-bit integer",
+        })
+    }
+}
+
+/// Where a row came from: the input file (an index into [`Sources`]) and the
+/// row's 0-based index within that file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub file_idx: u32,
+    pub row_idx: u64,
+}
+
+/// One input file as the readers found and planned it: where it is and what
+/// it was when the run planned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    pub path: std::path::PathBuf,
+    pub size_bytes: u64,
+    /// Last modification, where the file system keeps it.
+    pub modified: Option<std::time::SystemTime>,
+    /// Rows in the file, from its Parquet footer.
+    pub rows: u64,
+    pub row_groups: usize,
+    /// Hex SHA-256 of the file's Parquet footer (metadata, its length and
+    /// the magic: the file's last bytes), read when the plan reads the
+    /// footer. Content rewritten with size and mtime kept changes it: the
+    /// footer holds every column chunk's offsets, sizes and statistics.
+    pub footer_sha256: String,
+}
+
+impl InputFile {
+    /// The same for the same file, unchanged, in every run: its path, size,
+    /// modification time (nanoseconds since the epoch, 0 if unknown) and
+    /// footer hash.
+    pub fn identity(&self) -> String {
+        let modified_ns = self
+            .modified
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!(
+            "{}|{}|{}|{}",
+            self.path.display(),
+            self.size_bytes,
+            modified_ns,
+            self.footer_sha256
+        )
+    }
+}
+
+/// The input files of a run, indexed by [`Origin::file_idx`].
+pub type Sources = Arc<Vec<InputFile>>;
+
+/// An input file the run left out (`[readers] on_bad_file = "skip"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SkippedFile {
+    pub path: std::path::PathBuf,
+    /// Why, as one line.
+    pub reason: String,
+}
+
+/// A row's id as read from the id column; the output keeps its type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RowId {
+    Int(i64),
+    UInt(u64),
+    Str(String),
+}
+
+impl std::fmt::Display for RowId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowId::Int(v) => write!(f, "{v}"),
+            RowId::UInt(v) => write!(f, "{v}"),
+            RowId::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// What the output keeps of a row once its inputs are on their way to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowMeta {
+    pub id: RowId,
+    pub origin: Origin,
+}
+
+/// The element type of a segment as stored in Parquet; the model worker
+/// casts on the device, so the host never widens u8 pixels to f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SegmentDtype {
+    U8,
+    F16,
+    F32,
+}
+
+impl SegmentDtype {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            SegmentDtype::U8 => 1,
+            SegmentDtype::F16 => 2,
+            SegmentDtype::F32 => 4,
+        }
+    }
+}
+
+/// What the model is fed, as the pipeline's columns declare it: the readers
+/// produce it, the model worker builds tensors (and calibration batches) by it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputSpec {
+    pub segment_shape: Vec<usize>,
+    pub segment_dtype: SegmentDtype,
+    pub extras: Vec<ExtraSpec>,
+}
+
+impl InputSpec {
+    pub fn segment_bytes(&self) -> usize {
+        self.segment_shape.iter().product::<usize>() * self.segment_dtype.size_bytes()
+    }
+}
+
+/// The kind of one extra input, in the model's argument order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraSpec {
+    Ragged,
+    Vector { width: usize },
+    Float,
+    Int,
+}
+
+/// One extra model input of one row, beside the segments.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExtraValue {
+    /// A variable-length integer list (tag ids, token ids, ...).
+    Ragged(Vec<i64>),
+    /// A fixed-length float vector.
+    Vector(Vec<f32>),
+    /// One float.
+    Float(f32),
+    /// One integer.
+    Int(i64),
+}
+
+/// One decoded input row: its segments as raw little-endian bytes in the
+/// column's dtype, `n_segments * segment_bytes` long, and its extra inputs in
+/// the pipeline's declared order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub meta: RowMeta,
+    pub n_segments: usize,
+    pub segments: Box<[u8]>,
+    pub extras: Vec<ExtraValue>,
+}
+
+impl Segmented for Row {
+    fn n_segments(&self) -> usize {
+        self.n_segments
+    }
+}
+
+/// Why a row was rejected, as `_rejects.parquet`'s `kind` column names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    /// The id is null.
+    NullId,
+    /// The segments list is null.
+    NullSegments,
+    /// The segments list is empty.
+    NoSegments,
+    /// One segment is null or holds a null value.
+    NullSegment,
+    /// A binary segment's byte length does not match the declared shape.
+    BadSegmentSize,
+    /// An extra input is null or holds a null value.
+    NullInput,
+    /// A vector extra input has the wrong number of values.
+    BadInputWidth,
+    /// The device ran out of memory on this row alone, unpadded.
+    OomSingleRow,
+    /// The model failed on this row alone (e.g. a tag id outside its
+    /// embedding); the reason holds the model's own message.
+    ModelError,
+    /// More segments than `[bucketing] max_segments_per_row` allows.
+    TooManySegments,
+    /// A whole input file left out (`on_bad_file = "skip"`): one row per
+    /// file in `_rejects.parquet`, with no `source_row`. Not an input row:
+    /// a file that cannot be read has no rows the run could count.
+    BadFile,
+    /// A row of a row group that failed to decode mid-run (a corrupt page)
+    /// under `on_bad_file = "skip"`: its file and row are named, its id is
+    /// null (it could not be read), the reason is the decoder's error.
+    BadRowGroup,
+}
+
+impl RejectKind {
+    /// The stable machine-readable name written to `_rejects.parquet`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectKind::NullId => "null_id",
+            RejectKind::NullSegments => "null_segments",
+            RejectKind::NoSegments => "no_segments",
+            RejectKind::NullSegment => "null_segment",
+            RejectKind::BadSegmentSize => "bad_segment_size",
+            RejectKind::NullInput => "null_input",
+            RejectKind::BadInputWidth => "bad_input_width",
+            RejectKind::OomSingleRow => "oom_single_row",
+            RejectKind::ModelError => "model_error",
+            RejectKind::TooManySegments => "too_many_segments",
+            RejectKind::BadFile => "bad_file",
+            RejectKind::BadRowGroup => "bad_row_group",
+        }
+    }
+}
+
+impl std::fmt::Display for RejectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a row did not reach the output. Every input row ends either in the
+/// output or as a `Reject` in `_rejects.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reject {
+    /// The id when it could be read.
+    pub id: Option<RowId>,
+    pub origin: Origin,
+    pub kind: RejectKind,
+    /// A sentence for a person.
+    pub reason: String,
+}
+
+/// Readers -> bucketing: the rows of one decoded Arrow record batch.
+#[derive(Debug, Default)]
+pub struct RowChunk {
+    pub rows: Vec<Row>,
+    pub rejects: Vec<Reject>,
+}
+
+/// One extra input assembled for a whole batch, ready to become a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchExtra {
+    /// Values of all rows concatenated, and each row's count.
+    Ragged {
+        values: Vec<i64>,
+        counts: Vec<i64>,
+    },
+    /// `[n_rows, width]` row-major.
+    Vectors {
+        values: Vec<f32>,
+        width: usize,
+    },
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+}
+
+/// How rows are grouped into batches (`[bucketing] strategy`); the report
+/// names it too.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchingStrategy {
+    /// Log2 buckets by segment count, each batch under the segment budget.
+    #[default]
+    SegmentBudget,
+    /// A fixed number of rows per batch in arrival order (the seed's way).
+    Rows,
+}
+
+/// Why a batch left its bucket, or how the model worker made it; the
+/// report's `flush_reason` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushReason {
+    /// The bucket hit the segment budget, or the next row would have passed it.
+    BudgetReached,
+    /// The bucket hit `max_rows`.
+    RowCapReached,
+    /// Too many rows were held overall; the bucket with the most segments left early.
+    MemoryBound,
+    /// Input ended; whatever was held left.
+    EndOfInput,
+    /// A single row over the budget, sent alone.
+    Oversized,
+    /// Half of a batch split after an out-of-memory.
+    OomSplit,
+    /// A lone row retried without its padding after an out-of-memory.
+    OomUnpadded,
+    /// A synthetic batch measuring memory (`max_segments = "auto"`).
+    Calibration,
+}
+
+impl FlushReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushReason::BudgetReached => "budget_reached",
+            FlushReason::RowCapReached => "row_cap_reached",
+            FlushReason::MemoryBound => "memory_bound",
+            FlushReason::EndOfInput => "end_of_input",
+            FlushReason::Oversized => "oversized",
+            FlushReason::OomSplit => "oom_split",
+            FlushReason::OomUnpadded => "oom_unpadded",
+            FlushReason::Calibration => "calibration",
+        }
+    }
+
+    /// The reason [`Self::as_str`] names, as batch files store it.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            FlushReason::BudgetReached,
+            FlushReason::RowCapReached,
+            FlushReason::MemoryBound,
+            FlushReason::EndOfInput,
+            FlushReason::Oversized,
+            FlushReason::OomSplit,
+            FlushReason::OomUnpadded,
+            FlushReason::Calibration,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
+}
+
+/// Bucketing -> model worker: a batch whose segments are concatenated in row
+/// order and zero-padded up to `padded_segments`.
+#[derive(Debug)]
+pub struct Batch {
+    pub seq: u64,
+    pub rows: Vec<RowMeta>,
+    pub segment_counts: Vec<i64>,
+    pub n_segments: usize,
+    pub padded_segments: usize,
+    /// `padded_segments * segment_bytes` bytes.
+    pub segments: Vec<u8>,
+    pub extras: Vec<BatchExtra>,
+    /// Why the batch left its bucket (for the report).
+    pub flush_reason: FlushReason,
+}
+
+/// Model worker -> writers: one prediction per row of a batch.
+#[derive(Debug)]
+pub struct Predictions {
+    pub rows: Vec<RowMeta>,
+    pub label_ids: Vec<i32>,
+    pub scores: Vec<f32>,
+}
+
+/// Model worker -> writers.
+#[derive(Debug)]
+pub enum WriterMsg {
+    Predictions(Predictions),
+    Rejects(Vec<Reject>),
+    /// What one forward pass measured, for the run's batch files.
+    Batch(BatchRecord),
+}
+
+// What each stage reports when it ends: the run report is assembled from
+// these (`report::RunReport::from_stages`), so no stage's own types leak
+// into the report's output.
+
+/// Counts a reader thread reports when it ends.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReaderStats {
+    pub rows: u64,
+    pub rejects: u64,
+    pub busy: std::time::Duration,
+}
+
+/// Counts the bucketing stage reports when it ends.
+#[derive(Debug, Default, Clone)]
+pub struct BucketingReport {
+    pub rows: u64,
+    pub rejects: u64,
+    pub batches: u64,
+    pub segments: u64,
+    pub padded_segments: u64,
+    pub oversized_batches: u64,
+    pub size_classes: Vec<usize>,
+    /// Time spent planning and laying out batches, not waiting on channels.
+    pub busy: std::time::Duration,
+}
+
+/// Device memory after one batch, in bytes; peaks are since the previous batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub allocated: i64,
+    pub allocated_peak: i64,
+    pub reserved: i64,
+    pub reserved_peak: i64,
+    pub inactive_split: i64,
+    pub alloc_retries: i64,
+    pub ooms: i64,
+    pub device_free: i64,
+    pub device_total: i64,
+}
+
+/// What the model worker measured of one forward pass. Records are not
+/// kept: each goes to the writers' batch files (`_batches.parquet` once
+/// the run is committed), and the worker keeps only [`BatchTotals`],
+/// [`MemoryTrack`] and a [`PlotSample`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchRecord {
+    pub seq: u64,
+    pub rows: usize,
+    pub segments: usize,
+    pub padded_segments: usize,
+    pub flush_reason: FlushReason,
+    /// Milliseconds from the run's start to the host starting to queue the
+    /// batch; the first batch's is the run's start-up.
+    pub queued_at_ms: f64,
+    /// Host milliseconds spent queueing the batch (statistics reset, upload,
+    /// the model's own host work and any synchronisation inside it).
+    pub launch_ms: f64,
+    /// Milliseconds from the run's start to the batch's answers on the host.
+    pub done_at_ms: f64,
+    /// Host wall time from queueing the batch to its answers on the host
+    /// (it overlaps the next batch's queueing).
+    pub wall_ms: f64,
+    /// Device time from the batch's first queued operation to its answers
+    /// reaching the host; `None` on CPU.
+    pub device_ms: Option<f64>,
+    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
+    pub split_depth: u32,
+    /// `None` on CPU (not zero): there is no caching allocator to read.
+    pub memory: Option<MemoryStats>,
+}
+
+/// What the run has done so far, for the progress display and live
+/// metrics: the writers count each message as they take it (the batch
+/// records pass through them on their way to disk), so no stage shares
+/// more than these counters.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    rows_written: AtomicU64,
+    rows_rejected: AtomicU64,
+    batches: AtomicU64,
+    segments: AtomicU64,
+    padded_segments: AtomicU64,
+    /// Forward passes of pieces split after an out-of-memory.
+    split_batches: AtomicU64,
+    /// Highest allocator peaks seen in any batch (bytes; 0 on CPU).
+    allocated_peak: AtomicU64,
+    reserved_peak: AtomicU64,
+}
+
+/// A copy of [`LiveCounters`] at one moment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LiveSnapshot {
+    pub rows_written: u64,
+    pub rows_rejected: u64,
+    pub batches: u64,
+    pub segments: u64,
+    pub padded_segments: u64,
+    pub split_batches: u64,
+    /// `None` on CPU: no batch carried allocator statistics.
+    pub allocated_peak: Option<u64>,
+    pub reserved_peak: Option<u64>,
+}
+
+impl LiveCounters {
+    /// Counters that start from what earlier attempts finished, so a
+    /// resumed run's progress and metrics count the whole shard.
+    pub fn resuming((predicted, rejected): (u64, u64)) -> Self {
+        let counters = Self::default();
+        counters.rows_written.store(predicted, Ordering::Relaxed);
+        counters.rows_rejected.store(rejected, Ordering::Relaxed);
+        counters
+    }
+
+    pub fn add_rows(&self, rows: usize) {
+        self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_rejects(&self, rows: usize) {
+        self.rows_rejected.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_batch(&self, record: &BatchRecord) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.segments
+            .fetch_add(record.segments as u64, Ordering::Relaxed);
+        self.padded_segments
+            .fetch_add(record.padded_segments as u64, Ordering::Relaxed);
+        if record.split_depth > 0 {
+            self.split_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(memory) = &record.memory {
+            let bytes = |v: i64| u64::try_from(v).unwrap_or(0);
+            self.allocated_peak
+                .fetch_max(bytes(memory.allocated_peak), Ordering::Relaxed);
+            self.reserved_peak
+                .fetch_max(bytes(memory.reserved_peak), Ordering::Relaxed);
+        }
+    }
+
+    /// Rows predicted or rejected so far: the progress display's count.
+    pub fn rows_finished(&self) -> u64 {
+        self.rows_written.load(Ordering::Relaxed) + self.rows_rejected.load(Ordering::Relaxed)
+    }
+
+    pub fn snapshot(&self) -> LiveSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let peak = |counter: &AtomicU64| Some(load(counter)).filter(|&v| v > 0);
+        LiveSnapshot {
+            rows_written: load(&self.rows_written),
+            rows_rejected: load(&self.rows_rejected),
+            batches: load(&self.batches),
+            segments: load(&self.segments),
+            padded_segments: load(&self.padded_segments),
+            split_batches: load(&self.split_batches),
+            allocated_peak: peak(&self.allocated_peak),
+            reserved_peak: peak(&self.reserved_peak),
+        }
+    }
+}
+
+/// What the model worker reports when it ends: its batches summed, not
+/// listed (they are in the batch files).
+#[derive(Debug, Default)]
+pub struct WorkerReport {
+    pub batches: BatchTotals,
+    pub memory: MemoryTrack,
+    pub plot: PlotSample,
+    pub oom_events: u64,
+    /// Time queueing batches and waiting for their answers.
+    pub busy: std::time::Duration,
+}
+
+/// Counts a writer thread reports when it ends. Rejects are counted, not
+/// kept: they are on disk as they arrive.
+#[derive(Debug, Default)]
+pub struct WriterReport {
+    pub rows: u64,
+    /// Where the files it committed are, as the store names them.
+    pub files: Vec<String>,
+    pub rejects: u64,
+    pub reject_kinds: std::collections::HashMap<RejectKind, u64>,
+    /// Batch records it wrote to its batch files.
+    pub batch_records: u64,
+    pub busy: std::time::Duration,
+}
+
+/// One measured segment total of a calibration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibrationPoint {
+    pub segments: usize,
+    pub peak_reserved: i64,
+    pub peak_allocated: i64,
+}
+
+/// `reserved ≈ intercept + slope * segments`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearFit {
+    pub intercept: f64,
+    pub slope: f64,
+}
+
+/// The model alone on its device at one batch shape (`segpredict speed`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelSpeed {
+    /// Segments a batch (the shape's first dimension).
+    pub segments: usize,
+    pub rows: usize,
+    /// Batches timed, after an untimed warm-up.
+    pub batches: usize,
+    /// CUDA streams the batches took turns on.
+    pub streams: usize,
+    pub seconds: f64,
+    pub segments_per_s: f64,
+    /// Per batch: device time on CUDA (events), host time on CPU; over
+    /// more than one stream, the time between a stream's batches.
+    pub batch_ms_median: f64,
+    pub batch_ms_p90: f64,
+}
+
+/// The segment budget the model worker measured for a device-memory target.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    pub target_bytes: u64,
+    pub points: Vec<CalibrationPoint>,
+    pub fit: LinearFit,
+    pub max_segments: usize,
+    pub size_classes: Vec<usize>,
+    /// Peak reserved measured at the chosen budget.
+    pub measured_peak_reserved: i64,
+}

@@ -1,0 +1,191 @@
+//! Turns the `path` setting into the run's input locations: a sorted list of
+//! local Parquet files, each with its size and modification time.
+
+use std::path::{Path, PathBuf};
+
+use super::ReaderError;
+use segpredict_core::message::InputFile;
+
+/// A file is itself; a directory gives its `*.parquet` files (not hidden,
+/// not `_`-prefixed, as Spark and Hive leave markers there); anything with
+/// glob characters is a glob, whose matches are left out the same way when
+/// any part of their path below the glob's literal root starts with `_` or
+/// `.` (so `out/**/*.parquet` never reads `_batches.parquet` or
+/// `_progress/`). The order is sorted so runs are repeatable.
+/// Rows, row groups and the footer hash are filled in when the plan reads
+/// the footers.
+pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
+    input_paths(path)?.into_iter().map(located).collect()
+}
+
+fn input_paths(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
+    let text = path.to_string_lossy();
+    if is_glob(path) {
+        return glob_files(&text);
+    }
+    if path.is_dir() {
+        return dir_files(path);
+    }
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    Err(ReaderError::Missing {
+        path: path.to_path_buf(),
+    })
+}
+
+/// The file as it is now: its size and modification time.
+fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
+    let metadata = std::fs::metadata(&path).map_err(|source| ReaderError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(InputFile {
+        size_bytes: metadata.len(),
+        modified: metadata.modified().ok(),
+        path,
+        rows: 0,
+        row_groups: 0,
+        footer_sha256: String::new(),
+    })
+}
+
+/// Whether the `path` setting is a glob: glob characters in a path that is
+/// not itself there.
+pub(crate) fn is_glob(path: &Path) -> bool {
+    path.to_string_lossy().contains(['*', '?', '[']) && !path.exists()
+}
+
+/// The leading components of a glob without glob characters: the folder
+/// every match lies in (`.` when the pattern starts with a glob character).
+pub(crate) fn glob_root(pattern: &Path) -> PathBuf {
+    let root: PathBuf = literal_components(pattern).collect();
+    if root.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        root
+    }
+}
+
+pub(crate) fn literal_components(pattern: &Path) -> impl Iterator<Item = std::path::Component<'_>> {
+    pattern
+        .components()
+        .take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '[']))
+}
+
+/// Whether a match of a glob whose literal root has `root_len` components
+/// is a marker or another tool's state rather than input: a component
+/// below the root that starts with `_` or `.`.
+fn is_hidden_below(path: &Path, root_len: usize) -> bool {
+    path.components().skip(root_len).any(|c| {
+        let name = c.as_os_str().to_string_lossy();
+        name.starts_with('_') || name.starts_with('.')
+    })
+}
+
+fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ReaderError> {
+    let paths = glob::glob(pattern).map_err(|source| ReaderError::BadPattern {
+        pattern: pattern.to_string(),
+        source,
+    })?;
+    // The glob crate yields matches with the pattern's own literal prefix.
+    let root_len = literal_components(Path::new(pattern)).count();
+    let mut files: Vec<PathBuf> = paths
+        .filter_map(Result::ok)
+        .filter(|p| p.is_file() && !is_hidden_below(p, root_len))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ReaderError::NoMatch {
+            pattern: pattern.to_string(),
+        });
+    }
+    Ok(files)
+}
+
+fn dir_files(dir: &Path) -> Result<Vec<PathBuf>, ReaderError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| ReaderError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && is_data_file(p))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ReaderError::NoMatch {
+            pattern: format!("{}/*.parquet", dir.display()),
+        });
+    }
+    Ok(files)
+}
+
+fn is_data_file(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    name.ends_with(".parquet") && !name.starts_with('.') && !name.starts_with('_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"").unwrap();
+    }
+
+    fn names(files: &[PathBuf], root: &Path) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_recursive_glob_leaves_out_underscore_and_dot_paths_below_its_root() {
+        let dir = tempfile::tempdir().unwrap();
+        // The root itself may start with `_`: only what lies below it counts.
+        let root = dir.path().join("_nightly/out");
+        for name in [
+            "part-00000.parquet",
+            "day=1/part-00001.parquet",
+            "_batches.parquet",
+            "_rejects.parquet",
+            "_progress/part-00002.parquet",
+            ".hidden.parquet",
+            ".staging/part-00003.parquet",
+            "day=1/_tmp/part-00004.parquet",
+        ] {
+            touch(&root.join(name));
+        }
+        let found = glob_files(&root.join("**/*.parquet").to_string_lossy()).unwrap();
+        assert_eq!(
+            names(&found, &root),
+            ["day=1/part-00001.parquet", "part-00000.parquet"]
+        );
+        let flat = input_paths(&root.join("*.parquet")).unwrap();
+        assert_eq!(names(&flat, &root), ["part-00000.parquet"]);
+        // A directory lists the same way; a file named outright is read.
+        assert_eq!(
+            names(&input_paths(&root).unwrap(), &root),
+            ["part-00000.parquet"]
+        );
+        let named = root.join("_rejects.parquet");
+        assert_eq!(input_paths(&named).unwrap(), [named]);
+    }
+
+    #[test]
+    fn a_relative_glob_is_filtered_below_its_own_prefix() {
+        assert_eq!(glob_root(Path::new("*.parquet")), Path::new("."));
+        assert_eq!(glob_root(Path::new("a/_b/c*/d.parquet")), Path::new("a/_b"));
+        assert!(!is_hidden_below(Path::new("a/_b/c1/d.parquet"), 2));
+        assert!(is_hidden_below(Path::new("a/_b/_c1/d.parquet"), 2));
+        assert!(is_hidden_below(Path::new("./a/.x.parquet"), 2));
+        assert!(!is_hidden_below(Path::new("./a/x.parquet"), 2));
+    }
+}

@@ -1,0 +1,405 @@
+//! Readers: find the input Parquet files, check their columns once up front,
+//! then decode row groups in parallel into [`RowChunk`]s.
+//!
+//! Each (file, row group) is one unit of work; `threads` reader threads take
+//! units from a shared queue, and each decodes its record batches with rayon.
+//! A value that cannot be decoded rejects its row (with file, row and reason);
+//! a file that cannot be read ends the run, or with `on_bad_file = "skip"`
+//! is left out (at planning) or has its rows rejected (mid-run).
+
+mod bad_unit;
+mod columns;
+mod decode;
+mod discover;
+mod overlap;
+mod panics;
+mod plan;
+mod survey;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::Sender;
+use parquet::arrow::ProjectionMask;
+use serde::Deserialize;
+
+pub use columns::ColumnMapping;
+pub use decode::DecodeError;
+pub use overlap::check_output_outside_input;
+pub use panics::install_hook as catch_decoder_panics;
+pub use plan::{ReadPlan, Unit, UnitQueue};
+pub use survey::{
+    column_roles, segment_counts, survey_files, ColumnRole, FileSurvey, SegmentCounts,
+};
+
+use plan::open_builder;
+
+use segpredict_core::message::{IdKind, ReaderStats, RowChunk};
+
+/// `[readers]`: where the input is and how to decode it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderConfig {
+    /// A Parquet file, a directory of `*.parquet` files, or a glob such as
+    /// `data/2026-12-*/part-*.parquet`. Required.
+    pub path: PathBuf,
+    /// Reader threads; 0 picks half the cores (at least 1, at most 8). Default 0.
+    /// More threads decode more row groups at once, each holding one
+    /// record batch in memory.
+    #[serde(default)]
+    pub threads: usize,
+    /// Threads that turn record batches into rows, one pool shared by the
+    /// reader threads; 0 picks a quarter of the cores (1 to 8). Default 0.
+    /// Decoding on every core starves the model worker of the CPU it needs
+    /// to keep the GPU busy.
+    #[serde(default)]
+    pub decode_threads: usize,
+    /// Rows per decoded record batch. Default 1024. Larger batches cost
+    /// memory per reader thread and make backpressure coarser.
+    #[serde(default = "default_batch_rows")]
+    pub batch_rows: usize,
+    /// How Parquet columns map to the model's inputs.
+    pub columns: ColumnMapping,
+    /// An input file that cannot be read (not Parquet, truncated, columns
+    /// that do not fit): `fail` (default) ends the run before any row is
+    /// predicted, naming the file; `skip` leaves it out, names it and why
+    /// in the report, and predicts the other files. A row group that fails
+    /// to decode mid-run (a corrupt page) ends the run under `fail`, naming
+    /// file and row group; under `skip` its rows not yet predicted become
+    /// `bad_row_group` rejects and the run goes on.
+    #[serde(default)]
+    pub on_bad_file: OnBadFile,
+}
+
+/// What to do with an input file that cannot be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadFile {
+    #[default]
+    Fail,
+    Skip,
+}
+
+fn default_batch_rows() -> usize {
+    1024
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    #[error("input {path} does not exist")]
+    Missing { path: PathBuf },
+    #[error("no Parquet files match {pattern}")]
+    NoMatch { pattern: String },
+    #[error("bad input pattern {pattern}")]
+    BadPattern {
+        pattern: String,
+        #[source]
+        source: glob::PatternError,
+    },
+    #[error("cannot read {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a readable Parquet file")]
+    NotParquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{path}: column `{column}`: {message}")]
+    Column {
+        path: PathBuf,
+        column: String,
+        message: String,
+    },
+    #[error("{path}: id column `{column}` is {found} here but {expected} in {first}")]
+    IdKindMismatch {
+        path: PathBuf,
+        column: String,
+        found: IdKind,
+        expected: IdKind,
+        first: PathBuf,
+    },
+    #[error("{path}, row group {row_group}")]
+    Decode {
+        path: PathBuf,
+        row_group: usize,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("starting the decode threads")]
+    DecodePool(#[source] rayon::ThreadPoolBuildError),
+    #[error("the output directory {output} {how} the input {input}: write the output elsewhere")]
+    OutputOverlapsInput {
+        output: PathBuf,
+        input: PathBuf,
+        /// `is`, `lies inside` or `contains`.
+        how: &'static str,
+    },
+    #[error("invalid [readers] section: {0}")]
+    Config(String),
+}
+
+impl ReaderError {
+    /// Whether the error is the file's own content (a corrupt page, a
+    /// footer that no longer parses), which `on_bad_file = "skip"` turns
+    /// into rejects, rather than the file system's (which a retry may fix).
+    pub fn is_bad_data(&self) -> bool {
+        matches!(
+            self,
+            ReaderError::Decode { .. } | ReaderError::NotParquet { .. }
+        )
+    }
+}
+
+impl ReaderConfig {
+    pub fn validate(&self) -> Result<(), ReaderError> {
+        if self.batch_rows == 0 {
+            return Err(ReaderError::Config("batch_rows must be at least 1".into()));
+        }
+        self.columns.validate()
+    }
+
+    pub fn effective_threads(&self) -> usize {
+        match self.threads {
+            // Half the cores: the model's threads (libtorch's on CPU, the
+            // worker on a GPU) need the rest.
+            0 => (num_cpus::get() / 2).clamp(1, 8),
+            n => n,
+        }
+    }
+
+    pub fn effective_decode_threads(&self) -> usize {
+        match self.decode_threads {
+            0 => (num_cpus::get() / 4).clamp(1, 8),
+            n => n,
+        }
+    }
+
+    /// The pool that decodes rows; its threads run at the feeders' lower
+    /// priority.
+    pub fn decode_pool(&self) -> Result<rayon::ThreadPool, ReaderError> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(self.effective_decode_threads())
+            .thread_name(|i| format!("decode-{i}"))
+            .start_handler(|_| segpredict_core::cpu::lower_this_thread())
+            .build()
+            .map_err(ReaderError::DecodePool)
+    }
+}
+
+/// One reader thread: takes units until the queue is empty, the run is
+/// cancelled, or the downstream stage has gone.
+pub fn run_reader(
+    config: &ReaderConfig,
+    plan: &ReadPlan,
+    decode_pool: &rayon::ThreadPool,
+    units: &UnitQueue,
+    out: Sender<RowChunk>,
+    cancel: &AtomicBool,
+) -> Result<ReaderStats, ReaderError> {
+    segpredict_core::cpu::lower_this_thread();
+    let reading = Reading {
+        config,
+        plan,
+        decode_pool,
+        out: &out,
+        cancel,
+    };
+    let mut stats = ReaderStats::default();
+    while let Some(unit) = units.take() {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        if !reading.read_unit(unit, &mut stats)? {
+            break;
+        }
+    }
+    Ok(stats)
+}
+
+/// The segment bytes of the input's first rows, in file order, until
+/// `n_segments` segments' worth (less when the input has fewer): `segpredict
+/// speed --input` times the model on real data, as the run will see it,
+/// instead of a byte pattern. Rows the decoder rejects are left out.
+pub fn leading_segments(config: &ReaderConfig, n_segments: usize) -> Result<Vec<u8>, ReaderError> {
+    let plan = config.plan()?;
+    let pool = config.decode_pool()?;
+    let units = UnitQueue::new(&plan);
+    let want = n_segments.saturating_mul(config.columns.segments.segment_bytes());
+    let cancel = AtomicBool::new(false);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::scope(|scope| {
+        // One reader, so the rows come in file order.
+        let reader = scope.spawn(|| run_reader(config, &plan, &pool, &units, tx, &cancel));
+        let mut bytes = Vec::with_capacity(want);
+        for chunk in rx.iter() {
+            chunk
+                .rows
+                .iter()
+                .for_each(|row| bytes.extend_from_slice(&row.segments));
+            if bytes.len() >= want {
+                break;
+            }
+        }
+        // Ends the reader: its next send fails.
+        cancel.store(true, Ordering::Relaxed);
+        drop(rx);
+        let read = reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // An error past what was wanted (the reader a chunk ahead) costs nothing.
+        match read {
+            Err(error) if bytes.len() < want => Err(error),
+            _ => {
+                bytes.truncate(want);
+                Ok(bytes)
+            }
+        }
+    })
+}
+
+/// What one reader thread reads with and sends to.
+struct Reading<'a> {
+    config: &'a ReaderConfig,
+    plan: &'a ReadPlan,
+    decode_pool: &'a rayon::ThreadPool,
+    out: &'a Sender<RowChunk>,
+    cancel: &'a AtomicBool,
+}
+
+impl Reading<'_> {
+    /// Reads one unit; under `on_bad_file = "skip"`, a unit that stops
+    /// decoding part way has its rows not yet sent rejected instead. Returns
+    /// false when the downstream stage has gone (the run is ending).
+    fn read_unit(&self, unit: Unit, stats: &mut ReaderStats) -> Result<bool, ReaderError> {
+        let path = &self
+            .plan
+            .sources
+            .get(unit.file_idx as usize)
+            .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
+            .path;
+        let mut next_row = unit.first_row;
+        match self.decode_unit(unit, path, &mut next_row, stats) {
+            Err(error) if self.config.on_bad_file == OnBadFile::Skip && error.is_bad_data() => {
+                let rejects = bad_unit::BadUnit::new(unit, next_row, &error);
+                Ok(rejects.send(
+                    self.plan,
+                    self.config.batch_rows,
+                    self.out,
+                    self.cancel,
+                    stats,
+                ))
+            }
+            read => read,
+        }
+    }
+
+    /// Decodes and sends one unit's rows; `next_row` is the first row not
+    /// yet sent (where a failure leaves it).
+    fn decode_unit(
+        &self,
+        unit: Unit,
+        path: &std::path::Path,
+        next_row: &mut u64,
+        stats: &mut ReaderStats,
+    ) -> Result<bool, ReaderError> {
+        let decode_error = |source: DecodeError| ReaderError::Decode {
+            path: path.to_path_buf(),
+            row_group: unit.row_group,
+            source,
+        };
+        let (config, plan) = (self.config, self.plan);
+        let builder = open_builder(path)?;
+        let roots = config.columns.root_indices(builder.schema());
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let mut reader = builder
+            .with_projection(mask)
+            .with_row_groups(vec![unit.row_group])
+            .with_batch_size(config.batch_rows)
+            .build()
+            .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let started = std::time::Instant::now();
+            // A corrupt page can make the parquet crate panic: that is this
+            // file's and row group's error, not the program's.
+            let next = panics::catch(|| reader.next())
+                .map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?;
+            let Some(batch) = next else { break };
+            let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+            let mut chunk = self
+                .decode_pool
+                .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, *next_row))
+                .map_err(decode_error)?;
+            if plan.skips_rows() {
+                // Rows (and rejects) an earlier attempt already committed.
+                chunk.rows.retain(|r| !plan.is_done(&r.meta.origin));
+                chunk.rejects.retain(|r| !plan.is_done(&r.origin));
+            }
+            *next_row += batch.num_rows() as u64;
+            stats.rows += (chunk.rows.len() + chunk.rejects.len()) as u64;
+            stats.rejects += chunk.rejects.len() as u64;
+            stats.busy += started.elapsed();
+            if self.out.send(chunk).is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow::array::{Array, FixedSizeBinaryArray, ListArray};
+
+    use super::*;
+
+    fn sample() -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("sample_data/digits.parquet")
+    }
+
+    fn sample_readers() -> ReaderConfig {
+        let text = format!(
+            "path = {:?}\n[columns]\nid = \"id\"\n\
+             segments = {{ name = \"segments\", dtype = \"u8\", shape = [1, 8, 8] }}\n",
+            sample().display().to_string()
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    /// The sample's segment bytes as Parquet holds them, in file order.
+    fn sample_segment_bytes() -> Vec<u8> {
+        let reader = open_builder(&sample()).unwrap().build().unwrap();
+        let mut bytes = Vec::new();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("segments").unwrap();
+            let list = column.as_any().downcast_ref::<ListArray>().unwrap();
+            let items = list
+                .values()
+                .as_any()
+                .downcast_ref::<FixedSizeBinaryArray>()
+                .unwrap();
+            let (first, last) = (list.value_offsets()[0], list.value_offsets()[list.len()]);
+            bytes.extend_from_slice(&items.value_data()[first as usize * 64..last as usize * 64]);
+        }
+        bytes
+    }
+
+    #[test]
+    fn leading_segments_are_the_inputs_own_in_file_order() {
+        let all = sample_segment_bytes();
+        let first = leading_segments(&sample_readers(), 100).unwrap();
+        assert_eq!(first, all[..100 * 64]);
+        // More than the input holds: all of it, and the reader ends.
+        let everything = leading_segments(&sample_readers(), all.len()).unwrap();
+        assert_eq!(everything, all);
+    }
+}

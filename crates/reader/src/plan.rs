@@ -1,0 +1,369 @@
+//! The read plan: every input file checked up front, and the frozen list of
+//! units of work (one row group of one file each) the reader threads share.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use sha2::{Digest, Sha256};
+
+use super::{discover, OnBadFile, ReaderConfig, ReaderError};
+use segpredict_core::done::DoneSet;
+use segpredict_core::message::{IdKind, InputFile, Origin, SkippedFile, Sources};
+use segpredict_core::shard::{deal_units, ShardSpec};
+
+/// One row group of one file: the unit of parallel reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    /// Index into the plan's sources.
+    pub file_idx: u32,
+    pub row_group: usize,
+    /// The row group's first row within its file.
+    pub first_row: u64,
+    pub rows: u64,
+}
+
+/// The checked inputs of a run.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub sources: Sources,
+    pub id_kind: IdKind,
+    /// Rows of every input file: the run's whole input.
+    pub total_rows: u64,
+    /// Frozen once planned: readers index into it, never add to it.
+    units: Box<[Unit]>,
+    /// The units this process reads: its shard's, less those an earlier
+    /// attempt finished (all of them until [`ReadPlan::select`]).
+    selected: Box<[Unit]>,
+    /// Rows an earlier attempt finished, skipped as they are read.
+    done: Option<Arc<DoneSet>>,
+    /// Rows of this process's shard, finished or not (the whole input
+    /// until [`ReadPlan::select`]).
+    shard_rows: u64,
+    /// Files left out (`on_bad_file = "skip"`), with why.
+    pub skipped: Vec<SkippedFile>,
+}
+
+impl ReadPlan {
+    /// Row groups this process reads.
+    pub fn row_groups(&self) -> usize {
+        self.selected.len()
+    }
+
+    /// Every non-empty row group of every file, in file then row-group
+    /// order: the frozen list every shard deals from.
+    pub fn units(&self) -> &[Unit] {
+        &self.units
+    }
+
+    /// Keeps the units dealt to `shard` and, of those, the ones with rows
+    /// not in `done` (rows in `done` are skipped as they are read). Returns
+    /// the rows of the shard's units, done or not.
+    pub fn select(&mut self, shard: ShardSpec, done: Arc<DoneSet>) -> u64 {
+        let rows: Vec<u64> = self.units.iter().map(|u| u.rows).collect();
+        let dealt = deal_units(&rows, shard.count);
+        let ours = || {
+            self.units
+                .iter()
+                .zip(&dealt)
+                .filter(|(_, &s)| s == shard.index)
+        };
+        let shard_rows = ours().map(|(u, _)| u.rows).sum();
+        self.selected = ours()
+            .map(|(u, _)| *u)
+            .filter(|u| !done.all_done(u.file_idx, u.first_row, u.rows))
+            .collect();
+        self.done = Some(done).filter(|d| !d.is_empty());
+        self.shard_rows = shard_rows;
+        shard_rows
+    }
+
+    /// Rows of this process's shard, finished or not.
+    pub fn shard_rows(&self) -> u64 {
+        self.shard_rows
+    }
+
+    /// Rows earlier attempts finished: (predicted, rejected).
+    pub fn rows_done(&self) -> (u64, u64) {
+        self.done
+            .as_ref()
+            .map_or((0, 0), |d| (d.predicted(), d.rejected()))
+    }
+
+    /// Whether an earlier attempt finished this row.
+    pub fn is_done(&self, origin: &Origin) -> bool {
+        self.done
+            .as_ref()
+            .is_some_and(|d| d.contains(origin.file_idx, origin.row_idx))
+    }
+
+    pub fn skips_rows(&self) -> bool {
+        self.done.is_some()
+    }
+}
+
+/// The row groups the reader threads share: an index into the plan's frozen
+/// unit list, so the queue is bounded by construction and every unit is
+/// taken exactly once, in plan order.
+#[derive(Debug)]
+pub struct UnitQueue<'a> {
+    units: &'a [Unit],
+    next: AtomicUsize,
+}
+
+impl<'a> UnitQueue<'a> {
+    pub fn new(plan: &'a ReadPlan) -> Self {
+        Self {
+            units: &plan.selected,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next unit not yet taken by any thread; `None` when all are.
+    pub fn take(&self) -> Option<Unit> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        self.units.get(index).copied()
+    }
+}
+
+/// A file left out under `on_bad_file = "skip"`, with why (the error and
+/// its causes, in one line).
+fn skip(file: &InputFile, error: &ReaderError) -> SkippedFile {
+    let mut reason = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        reason += &format!(": {c}");
+        cause = c.source();
+    }
+    tracing::warn!(path = %file.path.display(), %reason, "skipping an unreadable input file");
+    SkippedFile {
+        path: file.path.clone(),
+        reason,
+    }
+}
+
+/// Every file's id column has the first file's kind.
+fn check_id_kind(
+    first: &mut Option<(IdKind, PathBuf)>,
+    kind: IdKind,
+    file: &InputFile,
+    column: &str,
+) -> Result<(), ReaderError> {
+    match first {
+        None => *first = Some((kind, file.path.clone())),
+        Some((expected, first)) if *expected != kind => {
+            return Err(ReaderError::IdKindMismatch {
+                path: file.path.clone(),
+                column: column.to_string(),
+                found: kind,
+                expected: *expected,
+                first: first.clone(),
+            })
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Opens a local Parquet file and reads its footer.
+pub(super) fn open_builder(
+    path: &Path,
+) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
+    Ok(open_with_footer_hash(path, false)?.0)
+}
+
+/// Opens a local Parquet file and reads its footer; with `hash`, also the
+/// hex SHA-256 of the footer's bytes (empty without).
+fn open_with_footer_hash(
+    path: &Path,
+    hash: bool,
+) -> Result<(ParquetRecordBatchReaderBuilder<std::fs::File>, String), ReaderError> {
+    let io_error = |source| ReaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    // The same open file: what is hashed is what the builder read.
+    let hashed = if hash {
+        Some(file.try_clone().map_err(io_error)?)
+    } else {
+        None
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| {
+        ReaderError::NotParquet {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    let sha256 = match hashed {
+        // The builder has checked the footer's length and magic.
+        Some(file) => footer_sha256(&file).map_err(io_error)?,
+        None => String::new(),
+    };
+    Ok((builder, sha256))
+}
+
+/// Hex SHA-256 of a Parquet file's footer: the metadata, its 4-byte length
+/// and the `PAR1` magic, the last `8 + length` bytes. Positional reads, so
+/// the builder's use of the same file is undisturbed.
+fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let size = file.metadata()?.len();
+    let mut tail = [0u8; 8];
+    let tail_at = size
+        .checked_sub(8)
+        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    file.read_exact_at(&mut tail, tail_at)?;
+    let length = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    let footer_at = tail_at
+        .checked_sub(length)
+        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    let mut footer = vec![0u8; (length + 8) as usize];
+    file.read_exact_at(&mut footer, footer_at)?;
+    let digest = Sha256::digest(&footer);
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl ReaderConfig {
+    /// Finds the input files and checks every file's columns before any row
+    /// is read, so a wrong column fails in seconds, not hours into a night.
+    pub fn plan(&self) -> Result<ReadPlan, ReaderError> {
+        self.validate()?;
+        let found = discover::input_files(&self.path)?;
+        let mut files = Vec::with_capacity(found.len());
+        let mut skipped = Vec::new();
+        let mut units = Vec::new();
+        let mut id_kind: Option<(IdKind, PathBuf)> = None;
+        for mut file in found {
+            let file_idx = u32::try_from(files.len())
+                .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
+            let planned = self.plan_file(&mut file, file_idx, &mut units);
+            let kind = match (planned, self.on_bad_file) {
+                (Ok(kind), _) => kind,
+                (Err(error), OnBadFile::Skip) => {
+                    skipped.push(skip(&file, &error));
+                    continue;
+                }
+                (Err(error), OnBadFile::Fail) => return Err(error),
+            };
+            check_id_kind(&mut id_kind, kind, &file, &self.columns.id)?;
+            files.push(file);
+        }
+        let total_rows = files.iter().map(|f| f.rows).sum();
+        Ok(ReadPlan {
+            total_rows,
+            shard_rows: total_rows,
+            sources: Arc::new(files),
+            id_kind: id_kind.map_or(IdKind::Str, |(k, _)| k),
+            selected: units.clone().into_boxed_slice(),
+            units: units.into_boxed_slice(),
+            done: None,
+            skipped,
+        })
+    }
+
+    /// Checks one file's columns, records its rows and row groups, and adds
+    /// its non-empty row groups to `units`; returns its id column's kind.
+    fn plan_file(
+        &self,
+        file: &mut InputFile,
+        file_idx: u32,
+        units: &mut Vec<Unit>,
+    ) -> Result<IdKind, ReaderError> {
+        let (builder, footer_sha256) = open_with_footer_hash(&file.path, true)?;
+        file.footer_sha256 = footer_sha256;
+        let kind = self.columns.check_schema(builder.schema(), &file.path)?;
+        let mut first_row = 0u64;
+        let row_groups = builder.metadata().row_groups();
+        for (row_group, meta) in row_groups.iter().enumerate() {
+            let rows = u64::try_from(meta.num_rows()).unwrap_or(0);
+            if rows > 0 {
+                units.push(Unit {
+                    file_idx,
+                    row_group,
+                    first_row,
+                    rows,
+                });
+            }
+            first_row += rows;
+        }
+        file.rows = first_row;
+        file.row_groups = row_groups.len();
+        Ok(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::record_batch::RecordBatch;
+    use parquet::arrow::ArrowWriter;
+
+    use super::*;
+
+    /// A one-column Parquet file of `values`.
+    fn write_ints(path: &Path, values: &[i64]) {
+        let batch = RecordBatch::try_from_iter([(
+            "id",
+            Arc::new(Int64Array::from(values.to_vec())) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn hash_of(path: &Path) -> String {
+        open_with_footer_hash(path, true).unwrap().1
+    }
+
+    #[test]
+    fn the_footer_hash_is_of_the_files_last_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        write_ints(&path, &[1, 2, 3]);
+        let bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        let length = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        let expected: String = Sha256::digest(&bytes[n - 8 - length..])
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash_of(&path), expected);
+        assert_eq!(expected.len(), 64);
+    }
+
+    #[test]
+    fn equal_sized_files_with_other_values_have_other_footer_hashes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        write_ints(&a, &[1, 2, 3]);
+        write_ints(&b, &[4, 5, 6]);
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        assert_eq!(size(&a), size(&b), "the test needs files of one size");
+        assert_ne!(hash_of(&a), hash_of(&b));
+        // And the identity the checkpoint compares tells them apart.
+        let file = |path: &Path| InputFile {
+            path: "in.parquet".into(),
+            size_bytes: size(path),
+            modified: None,
+            rows: 3,
+            row_groups: 1,
+            footer_sha256: hash_of(path),
+        };
+        assert_ne!(file(&a).identity(), file(&b).identity());
+    }
+
+    #[test]
+    fn not_parquet_is_named_as_such_before_any_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        std::fs::write(&path, b"PAR1 not really").unwrap();
+        let error = open_with_footer_hash(&path, true).map(|_| ()).unwrap_err();
+        assert!(matches!(error, ReaderError::NotParquet { .. }), "{error}");
+    }
+}

@@ -1,0 +1,268 @@
+//! What an input holds, without decoding rows: the files' footers (rows,
+//! row groups, schema) and the segments column's list lengths. It backs
+//! `segpredict inspect`, which answers "how will tonight's data batch?"
+//! before any model is loaded.
+
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, SchemaRef};
+use parquet::arrow::ProjectionMask;
+
+use super::columns::{id_kind_of, list_child};
+use super::{discover, open_builder, panics, DecodeError, ReaderError};
+
+/// One input file as its footer describes it.
+#[derive(Debug, Clone)]
+pub struct FileSurvey {
+    pub path: PathBuf,
+    pub rows: u64,
+    pub row_groups: usize,
+    pub schema: SchemaRef,
+}
+
+/// Segments per row of one file, in row order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentCounts {
+    /// One count per row whose list is not null (empty lists count 0).
+    pub counts: Vec<usize>,
+    /// Rows whose segments list is null (a run rejects them).
+    pub null_rows: u64,
+}
+
+/// The Parquet files `path` names (a file, a directory or a glob, as
+/// `[readers] path`), each described by its footer alone.
+pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
+    discover::input_files(path)?
+        .into_iter()
+        .map(|file| {
+            let builder = open_builder(&file.path)?;
+            let metadata = builder.metadata().file_metadata();
+            Ok(FileSurvey {
+                rows: u64::try_from(metadata.num_rows()).unwrap_or(0),
+                row_groups: builder.metadata().num_row_groups(),
+                schema: builder.schema().clone(),
+                path: file.path,
+            })
+        })
+        .collect()
+}
+
+/// The list length of `column` in every row of the file at `path`.
+///
+/// Only that column is projected, so no other column's pages are read;
+/// its pages are decompressed (Parquet keeps list lengths inside them), but
+/// no row is built.
+pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, ReaderError> {
+    let builder = open_builder(path)?;
+    let root = builder
+        .schema()
+        .index_of(column)
+        .map_err(|_| ReaderError::Column {
+            path: path.to_path_buf(),
+            column: column.to_string(),
+            message: "no such column in this file".into(),
+        })?;
+    let data_type = builder.schema().field(root).data_type().clone();
+    if !matches!(data_type, DataType::List(_) | DataType::LargeList(_)) {
+        return Err(ReaderError::Column {
+            path: path.to_path_buf(),
+            column: column.to_string(),
+            message: format!("segments must be a list or large_list column, found {data_type}"),
+        });
+    }
+    let mut counts = SegmentCounts::default();
+    for row_group in 0..builder.metadata().num_row_groups() {
+        let decode_error = |source| ReaderError::Decode {
+            path: path.to_path_buf(),
+            row_group,
+            source,
+        };
+        let builder = open_builder(path)?;
+        let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
+        let reader = builder
+            .with_projection(mask)
+            .with_row_groups(vec![row_group])
+            .with_batch_size(8192)
+            .build()
+            .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
+        let mut reader = reader;
+        // A corrupt page can make the parquet crate panic: as in a run, that
+        // is this file's and row group's error.
+        while let Some(batch) =
+            panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
+        {
+            let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+            add_list_lengths(batch.column(0), &mut counts);
+        }
+    }
+    Ok(counts)
+}
+
+fn add_list_lengths(array: &dyn Array, counts: &mut SegmentCounts) {
+    let lengths: Box<dyn Iterator<Item = Option<usize>>> = match array.data_type() {
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            Box::new((0..list.len()).map(move |i| {
+                list.is_valid(i)
+                    .then(|| usize::try_from(list.value_length(i)).unwrap_or(0))
+            }))
+        }
+        _ => {
+            let list = array.as_list::<i64>();
+            Box::new((0..list.len()).map(move |i| {
+                list.is_valid(i)
+                    .then(|| usize::try_from(list.value_length(i)).unwrap_or(0))
+            }))
+        }
+    };
+    for length in lengths {
+        match length {
+            Some(n) => counts.counts.push(n),
+            None => counts.null_rows += 1,
+        }
+    }
+}
+
+/// What a column could feed, judged from its Arrow type alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnRole {
+    /// A list of segments; `elements` per segment when fixed (`dtype`
+    /// elements; for binary the byte count, as u8).
+    Segments {
+        dtype: &'static str,
+        elements: Option<usize>,
+    },
+    /// A string: only an id.
+    Text,
+    /// An integer: the id, or an `int` (or `float`) extra.
+    Int,
+    /// A float: a `float` extra.
+    Float,
+    /// A list of integers: a `ragged` extra.
+    RaggedInts,
+    /// A fixed-size list of numbers: a `vector` extra.
+    Vector { width: usize },
+    /// Nothing this reader decodes.
+    Other,
+}
+
+impl ColumnRole {
+    pub fn can_be_id(&self) -> bool {
+        matches!(self, ColumnRole::Text | ColumnRole::Int)
+    }
+
+    /// What a person may use the column for.
+    pub fn describe(&self) -> String {
+        match self {
+            ColumnRole::Segments {
+                dtype,
+                elements: Some(n),
+            } => format!("segments ({n} {dtype} values each)"),
+            ColumnRole::Segments { .. } => "segments (variable-length binary)".into(),
+            ColumnRole::Text => "id (or not a model input)".into(),
+            ColumnRole::Int => "id, or an int/float extra".into(),
+            ColumnRole::Float => "a float extra".into(),
+            ColumnRole::RaggedInts => "a ragged extra".into(),
+            ColumnRole::Vector { width } => format!("a vector extra (width {width})"),
+            ColumnRole::Other => "not a model input".into(),
+        }
+    }
+}
+
+/// Each top-level column of `schema` with what it could feed.
+pub fn column_roles(schema: &arrow::datatypes::Schema) -> Vec<(String, ColumnRole)> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), role_of(f.data_type())))
+        .collect()
+}
+
+fn role_of(data_type: &DataType) -> ColumnRole {
+    if let Some(child) = list_child(data_type) {
+        return match child {
+            DataType::FixedSizeBinary(w) => ColumnRole::Segments {
+                dtype: "u8",
+                elements: usize::try_from(*w).ok(),
+            },
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+                ColumnRole::Segments {
+                    dtype: "u8",
+                    elements: None,
+                }
+            }
+            DataType::FixedSizeList(item, n) => match item.data_type() {
+                DataType::UInt8 => segments_of("u8", *n),
+                DataType::Float16 => segments_of("f16", *n),
+                DataType::Float32 => segments_of("f32", *n),
+                _ => ColumnRole::Other,
+            },
+            t if t.is_integer() => ColumnRole::RaggedInts,
+            _ => ColumnRole::Other,
+        };
+    }
+    match data_type {
+        DataType::FixedSizeList(item, n) if item.data_type().is_numeric() => ColumnRole::Vector {
+            width: usize::try_from(*n).unwrap_or(0),
+        },
+        t if t.is_integer() => ColumnRole::Int,
+        t if t.is_floating() => ColumnRole::Float,
+        t if id_kind_of(t).is_some() => ColumnRole::Text,
+        _ => ColumnRole::Other,
+    }
+}
+
+fn segments_of(dtype: &'static str, n: i32) -> ColumnRole {
+    ColumnRole::Segments {
+        dtype,
+        elements: usize::try_from(n).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PathBuf {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("sample_data/digits.parquet")
+    }
+
+    #[test]
+    fn the_sample_footer_gives_rows_row_groups_and_columns() {
+        let files = survey_files(&sample()).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].rows, 2000);
+        assert_eq!(files[0].row_groups, 4);
+        assert!(files[0].schema.index_of("segments").is_ok());
+    }
+
+    #[test]
+    fn segment_counts_cover_every_row() {
+        let counts = segment_counts(&sample(), "segments").unwrap();
+        assert_eq!(counts.counts.len() as u64 + counts.null_rows, 2000);
+        assert!(counts.counts.iter().all(|&n| n > 0));
+    }
+
+    #[test]
+    fn the_sample_columns_get_their_roles() {
+        let files = survey_files(&sample()).unwrap();
+        let roles = column_roles(&files[0].schema);
+        let role = |name: &str| roles.iter().find(|(n, _)| n == name).unwrap().1.clone();
+        assert_eq!(role("id"), ColumnRole::Text);
+        assert_eq!(
+            role("segments"),
+            ColumnRole::Segments {
+                dtype: "u8",
+                elements: Some(64)
+            }
+        );
+        assert_eq!(role("tags"), ColumnRole::RaggedInts);
+    }
+
+    #[test]
+    fn a_column_that_is_not_a_list_is_named() {
+        let error = segment_counts(&sample(), "id").unwrap_err().to_string();
+        assert!(error.contains("`id`") && error.contains("list"), "{error}");
+    }
+}
