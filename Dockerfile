@@ -56,8 +56,9 @@ RUN site=/opt/venv/lib/python3.11/site-packages \
 
 # --- build-cpu: the same wheel without its CUDA dependencies ---
 # The wheel alone (--no-deps: none of the nvidia-* packages), then its CUDA
-# libraries removed, so neither torch-sys nor build.rs links libtorch_cuda
-# (both link it only where libtorch_cuda.so exists). Two CUDA libraries stay:
+# libraries removed, so neither torch-sys nor the build scripts (build.rs,
+# crates/worker/build.rs) link libtorch_cuda: they link it only where
+# libtorch_cuda.so exists. Two CUDA libraries stay:
 # the wheel's libtorch_cpu is linked against the CUDA runtime and CUPTI (the
 # profiler's), which load without a GPU or driver; they come from the
 # cuda-toolkit extras at the version torch's metadata pins, and nothing else
