@@ -92,7 +92,7 @@ fn scan_file(
         location: location.clone(),
         source,
     };
-    let bytes = store.get(&file.key)?.unwrap_or_default();
+    let bytes = store.read(&file.key)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet_error)?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), ["source_file", "source_row"]);
     let reader = builder
