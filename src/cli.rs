@@ -395,7 +395,7 @@ mod tests {
 
     type Case = (anyhow::Error, Failure);
 
-    /// The command line's, the input's and the model's errors.
+    /// The command line's, the input's, the model's and the shards' errors.
     fn input_cases() -> Vec<Case> {
         use std::io::ErrorKind::NotFound;
         let path = std::path::PathBuf::from("in.parquet");
@@ -429,10 +429,19 @@ mod tests {
                 WorkerError::ModelMissing { path: path.clone() }.into(),
                 Failure::Permanent,
             ),
+            (LocalShardsError::NoGpus.into(), Failure::Permanent),
+            (
+                segpredict_bucketing::BucketingError::ZeroBudget.into(),
+                Failure::Permanent,
+            ),
+            (
+                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                Failure::Permanent,
+            ),
         ]
     }
 
-    /// The output's and the checkpoint's errors, and the rest.
+    /// The output's and the checkpoint's errors.
     fn output_cases() -> Vec<Case> {
         use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
         vec![
@@ -484,15 +493,6 @@ mod tests {
             (
                 CommitError::Store(store(StorageFull)).into(),
                 Failure::Retryable,
-            ),
-            (LocalShardsError::NoGpus.into(), Failure::Permanent),
-            (
-                segpredict_bucketing::BucketingError::ZeroBudget.into(),
-                Failure::Permanent,
-            ),
-            (
-                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
-                Failure::Permanent,
             ),
         ]
     }
