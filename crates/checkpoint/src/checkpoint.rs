@@ -258,6 +258,7 @@ impl Checkpoint {
         // that is refused gets nothing written into it, and a finished run
         // is not touched at all.
         if self.verdict()? == Verdict::Complete {
+            self.remove_leftovers_of_a_finished_run()?;
             return Ok(Begun::Complete);
         }
         self.store.ensure()?;
@@ -388,6 +389,26 @@ impl Checkpoint {
             }
         }
         Ok(held)
+    }
+
+    /// A shard killed while committing, whose run another shard then
+    /// committed, left temporary files: its rerun removes them, and only
+    /// when no process of the shard holds its lock (one committing now
+    /// writes under the same tag). A finished run without leftovers is not
+    /// touched at all.
+    fn remove_leftovers_of_a_finished_run(&self) -> Result<(), CheckpointError> {
+        let layout = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt: 0,
+        });
+        let keys = self.store.list("")?;
+        if !keys.iter().any(|k| layout.is_leftover(k)) {
+            return Ok(());
+        }
+        if self.store.holder(&layout.lock())?.is_none() {
+            self.remove_leftovers(&layout, &keys)?;
+        }
+        Ok(())
     }
 
     fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {
@@ -689,6 +710,37 @@ mod tests {
             "another shard's temporary file was removed"
         );
         assert_eq!(shards_done(&store, 3).unwrap().unwrap_err(), vec![0, 2]);
+    }
+
+    #[test]
+    fn a_shard_killed_committing_a_run_another_shard_finished_removes_its_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let shard = |i| ShardSpec::new(i, 2).unwrap();
+        let c0 = checkpoint(out, manifest(2), shard(0), false);
+        drop(begin(&c0));
+        let store = LocalStore::new(out);
+        // Shard 0 was killed while committing; shard 1 then committed the run.
+        let mine = crate::layout::temp_key("_rejects.parquet", "s000of002-9-0");
+        let theirs = crate::layout::temp_key("_report.json", "s001of002-9-1");
+        store.put(&mine, b"").unwrap();
+        store.put(&theirs, b"").unwrap();
+        store.put(SUCCESS, b"").unwrap();
+        assert!(matches!(c0.begin().unwrap(), Begun::Complete));
+        let left = keys(out);
+        assert!(!left.contains(&mine), "{left:?}");
+        assert!(left.contains(&theirs), "another shard's file was removed");
+        // Clean, a finished run is not touched (its lock not even taken).
+        let before = std::fs::metadata(out.join("_progress/lock-s000of002"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert!(matches!(c0.begin().unwrap(), Begun::Complete));
+        let after = std::fs::metadata(out.join("_progress/lock-s000of002"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(before, after);
     }
 
     /// A report as a shard's marker carries it, minimal.
