@@ -393,13 +393,13 @@ mod tests {
         }
     }
 
-    /// One case per error type (and per variant where the class depends on
-    /// it), wrapped in context as the pipeline wraps them.
-    #[test]
-    fn each_error_type_says_whether_a_retry_can_help() {
-        use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
+    type Case = (anyhow::Error, Failure);
+
+    /// The command line's, the input's, the model's and the shards' errors.
+    fn input_cases() -> Vec<Case> {
+        use std::io::ErrorKind::NotFound;
         let path = std::path::PathBuf::from("in.parquet");
-        let cases: Vec<(anyhow::Error, Failure)> = vec![
+        vec![
             (
                 Permanent(anyhow::anyhow!("usage")).into(),
                 Failure::Permanent,
@@ -429,6 +429,22 @@ mod tests {
                 WorkerError::ModelMissing { path: path.clone() }.into(),
                 Failure::Permanent,
             ),
+            (LocalShardsError::NoGpus.into(), Failure::Permanent),
+            (
+                segpredict_bucketing::BucketingError::ZeroBudget.into(),
+                Failure::Permanent,
+            ),
+            (
+                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                Failure::Permanent,
+            ),
+        ]
+    }
+
+    /// The output's and the checkpoint's errors.
+    fn output_cases() -> Vec<Case> {
+        use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
+        vec![
             (WriterError::Config("x".into()).into(), Failure::Permanent),
             (
                 WriterError::Store(store(StorageFull)).into(),
@@ -478,16 +494,14 @@ mod tests {
                 CommitError::Store(store(StorageFull)).into(),
                 Failure::Retryable,
             ),
-            (LocalShardsError::NoGpus.into(), Failure::Permanent),
-            (
-                segpredict_bucketing::BucketingError::ZeroBudget.into(),
-                Failure::Permanent,
-            ),
-            (
-                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
-                Failure::Permanent,
-            ),
-        ];
+        ]
+    }
+
+    /// One case per error type (and per variant where the class depends on
+    /// it), wrapped in context as the pipeline wraps them.
+    #[test]
+    fn each_error_type_says_whether_a_retry_can_help() {
+        let cases = input_cases().into_iter().chain(output_cases());
         for (error, expected) in cases {
             let error = error.context("running the pipeline");
             assert_eq!(classify(&error), expected, "{error:#}");

@@ -76,6 +76,9 @@ fn two_runs_started_at_once_give_every_id_once_and_success_after_one_rerun() {
         reason.contains("another process") && reason.contains(&format!("pid {}", first.id())),
         "{reason}"
     );
+    // `check` gives run's answer, without taking the lock.
+    let checked = check_file(&file, &[]);
+    assert_eq!(checked.code, 1, "{}", checked.describe());
     assert!(first.wait().unwrap().success());
     // The refused run's plain rerun finds the run complete.
     run_file(&file, &[], &out).expect_code(0);

@@ -67,7 +67,7 @@ pub(super) fn begin_attempt(
     let store = checkpoint.store().clone();
     let attempt = match checkpoint.begin()? {
         Begun::Complete => return Ok(Err(RunEnd::AlreadyComplete(RunSummary::read(&*store)?))),
-        Begun::ShardDone => return Ok(Err(RunEnd::ShardAlreadyDone(commit_run(&*store)?))),
+        Begun::ShardDone(_lock) => return Ok(Err(RunEnd::ShardAlreadyDone(commit_run(&*store)?))),
         Begun::Predict(attempt) => attempt,
     };
     let inputs = checkpoint.manifest().input_rows();

@@ -47,6 +47,9 @@ pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
     config.writers.validate()?;
     let checkpoint = checkpoint_of(config, &plan, shard)?;
     let output = checkpoint.verdict()?;
+    if output != Verdict::Complete {
+        checkpoint.check_not_locked()?;
+    }
     let summary = match output {
         Verdict::Complete => RunSummary::read(&**checkpoint.store())?,
         _ => None,

@@ -269,7 +269,7 @@ pub fn add_batch_files(
             location: location.clone(),
             source,
         };
-        let bytes = store.get(key)?.unwrap_or_default();
+        let bytes = store.read(key)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
             .map_err(parquet_error)?;

@@ -35,6 +35,8 @@ pub enum CheckpointError {
         shard: ShardSpec,
         holder: Holder,
     },
+    #[error("{location} was written by another process starting the same attempt; run again")]
+    AttemptTaken { location: String },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -56,7 +58,7 @@ impl CheckpointError {
             | CheckpointError::Foreign { .. }
             | CheckpointError::Marker { .. } => true,
             // The other process may end: a retry can succeed.
-            CheckpointError::Locked { .. } => false,
+            CheckpointError::Locked { .. } | CheckpointError::AttemptTaken { .. } => false,
             CheckpointError::Store(e) => e.is_permanent(),
             CheckpointError::Manifest(e) => e.is_permanent(),
         }
@@ -140,8 +142,9 @@ pub struct Committed {
 pub enum Begun {
     /// Predict every row not in the committed files.
     Predict(Attempt),
-    /// This shard finished earlier: only the commit may be left.
-    ShardDone,
+    /// This shard finished earlier: only the commit may be left, done
+    /// while holding the shard's lock.
+    ShardDone(Box<dyn Lock>),
     /// `_SUCCESS` of this very run is there: nothing touched.
     Complete,
 }
@@ -181,7 +184,20 @@ impl Checkpoint {
             });
         }
         let recorded = match RunManifest::read(self.store.as_ref()) {
-            Err(ManifestError::Parse { .. }) if self.overwrite => return Ok(Verdict::Replaced),
+            Err(ManifestError::Parse { .. } | ManifestError::OtherFormat { .. })
+                if self.overwrite =>
+            {
+                return Ok(Verdict::Replaced)
+            }
+            Err(ManifestError::OtherFormat { format, .. }) => {
+                return Err(CheckpointError::Refused {
+                    location: self.store.location(),
+                    differences: vec![format!(
+                        "manifest format differs (was {format}, now {})",
+                        crate::manifest::MANIFEST_FORMAT
+                    )],
+                })
+            }
             other => other?,
         };
         let Some(recorded) = recorded else {
@@ -198,6 +214,19 @@ impl Checkpoint {
             (false, false) => Err(CheckpointError::Refused {
                 location: self.store.location(),
                 differences,
+            }),
+        }
+    }
+
+    /// Whether another process writes this shard now, asked without taking
+    /// its lock (`check` gives `run`'s answer and writes nothing).
+    pub fn check_not_locked(&self) -> Result<(), CheckpointError> {
+        match self.store.holder(&OutputLayout::lock_of(self.shard))? {
+            None => Ok(()),
+            Some(holder) => Err(CheckpointError::Locked {
+                location: self.store.location(),
+                shard: self.shard,
+                holder,
             }),
         }
     }
@@ -229,6 +258,7 @@ impl Checkpoint {
         // that is refused gets nothing written into it, and a finished run
         // is not touched at all.
         if self.verdict()? == Verdict::Complete {
+            self.remove_leftovers_of_a_finished_run()?;
             return Ok(Begun::Complete);
         }
         self.store.ensure()?;
@@ -241,6 +271,8 @@ impl Checkpoint {
             Verdict::Resumes | Verdict::ShardDone => {}
         }
         let keys = self.store.list("")?;
+        // After every attempt a marker or a committed file names: a new
+        // attempt never writes over an earlier one's files.
         let attempt = layout::last_attempt(&keys, self.shard) + 1;
         let layout = OutputLayout::for_attempt(AttemptNames {
             shard: self.shard,
@@ -248,10 +280,17 @@ impl Checkpoint {
         });
         self.remove_leftovers(&layout, &keys)?;
         if keys.contains(&OutputLayout::done_marker(self.shard)) {
-            return Ok(Begun::ShardDone);
+            return Ok(Begun::ShardDone(lock));
         }
-        self.store
-            .put_if_absent(&layout.attempt_marker(), started_marker().as_bytes())?;
+        let marker = layout.attempt_marker();
+        if !self
+            .store
+            .put_if_absent(&marker, started_marker().as_bytes())?
+        {
+            return Err(CheckpointError::AttemptTaken {
+                location: self.store.locate(&marker),
+            });
+        }
         Ok(Begun::Predict(Attempt {
             store: self.store.clone(),
             layout,
@@ -261,11 +300,7 @@ impl Checkpoint {
     }
 
     fn lock(&self) -> Result<Box<dyn Lock>, CheckpointError> {
-        let key = OutputLayout::for_attempt(AttemptNames {
-            shard: self.shard,
-            attempt: 0,
-        })
-        .lock();
+        let key = OutputLayout::lock_of(self.shard);
         match self.store.lock(&key, &Holder(holder_text()))? {
             Ok(lock) => Ok(lock),
             Err(holder) => Err(CheckpointError::Locked {
@@ -279,30 +314,101 @@ impl Checkpoint {
     /// A new run's manifest. Another shard of this run may have written it
     /// first (the same bytes); another run's is refused.
     fn write_manifest(&self) -> Result<(), CheckpointError> {
-        if self.manifest.write_if_absent(self.store.as_ref())? {
-            return Ok(());
+        // Never a plain put: two runs racing for an empty location must not
+        // both believe the manifest is theirs.
+        for _ in 0..3 {
+            if self.manifest.write_if_absent(self.store.as_ref())? {
+                return Ok(());
+            }
+            match RunManifest::read(self.store.as_ref())? {
+                Some(recorded) if self.manifest.differences_from(&recorded).is_empty() => {
+                    return Ok(())
+                }
+                Some(recorded) => {
+                    return Err(CheckpointError::Refused {
+                        location: self.store.location(),
+                        differences: self.manifest.differences_from(&recorded),
+                    })
+                }
+                // Removed meanwhile by a start-up that failed: try again.
+                None => continue,
+            }
         }
-        match RunManifest::read(self.store.as_ref())? {
-            Some(recorded) if self.manifest.differences_from(&recorded).is_empty() => Ok(()),
-            Some(recorded) => Err(CheckpointError::Refused {
-                location: self.store.location(),
-                differences: self.manifest.differences_from(&recorded),
-            }),
-            None => Ok(self.manifest.write(self.store.as_ref())?),
-        }
+        Err(CheckpointError::AttemptTaken {
+            location: self.store.locate(MANIFEST),
+        })
     }
 
     /// Removes every file another run of ours wrote (the verdict has
     /// checked that nothing else is there), locks aside, then records this
     /// run.
     fn replace(&self) -> Result<(), CheckpointError> {
-        for key in self.store.list("")? {
-            if matches!(Name::parse(&key), Some(Name::Lock(_))) || !layout::is_ours(&key) {
-                continue;
-            }
+        // No shard of the old run or of this one may be writing: their
+        // files are about to go.
+        let recorded = match RunManifest::read(self.store.as_ref()) {
+            Ok(Some(recorded)) => recorded.shards,
+            _ => 1,
+        };
+        let _others = self.lock_other_shards(&[recorded, self.shard.count])?;
+        let mut keys: Vec<String> = self
+            .store
+            .list("")?
+            .into_iter()
+            .filter(|k| layout::is_ours(k) && !matches!(Name::parse(k), Some(Name::Lock(_))))
+            .collect();
+        // `_SUCCESS` first and `_run.json` last: killed halfway, the
+        // location still says which run it holds, and `--overwrite` goes on.
+        keys.sort_by_key(|k| (k != SUCCESS, k == MANIFEST));
+        for key in keys {
             self.store.delete(&key)?;
         }
         Ok(self.manifest.write(self.store.as_ref())?)
+    }
+
+    /// Takes the lock of every shard of runs of `counts` shards but this
+    /// process's own (which it holds), or names a holder.
+    fn lock_other_shards(&self, counts: &[u32]) -> Result<Vec<Box<dyn Lock>>, CheckpointError> {
+        let mut held = Vec::new();
+        for &count in counts {
+            for index in 0..count {
+                let shard = ShardSpec { index, count };
+                if shard == self.shard {
+                    continue;
+                }
+                let key = OutputLayout::lock_of(shard);
+                match self.store.lock(&key, &Holder(holder_text()))? {
+                    Ok(lock) => held.push(lock),
+                    Err(holder) => {
+                        return Err(CheckpointError::Locked {
+                            location: self.store.location(),
+                            shard,
+                            holder,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// A shard killed while committing, whose run another shard then
+    /// committed, left temporary files: its rerun removes them, and only
+    /// when no process of the shard holds its lock (one committing now
+    /// writes under the same tag). A finished run without leftovers is not
+    /// touched at all.
+    fn remove_leftovers_of_a_finished_run(&self) -> Result<(), CheckpointError> {
+        let layout = OutputLayout::for_attempt(AttemptNames {
+            shard: self.shard,
+            attempt: 0,
+        });
+        let keys = self.store.list("")?;
+        if !keys.iter().any(|k| layout.is_leftover(k)) {
+            return Ok(());
+        }
+        if self.store.holder(&layout.lock())?.is_none() {
+            self.remove_leftovers(&layout, &keys)?;
+        }
+        Ok(())
     }
 
     fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {
@@ -334,17 +440,34 @@ impl Attempt {
     pub fn abandon(&self) -> Result<(), CheckpointError> {
         self.store.delete(&self.layout.attempt_marker())?;
         let keys = self.store.list("")?;
-        let own_lock = self.layout.lock();
-        // Another shard's lock means another process may be starting on
-        // this manifest: leave it.
         let only_manifest = keys.iter().all(|k| {
-            k == MANIFEST || *k == own_lock || matches!(Name::parse(k), Some(Name::Temporary))
+            k == MANIFEST || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
         });
-        if only_manifest {
-            self.store.delete(MANIFEST)?;
-            // Held by this process until it exits; nothing else is left.
-            self.store.delete(&own_lock)?;
+        if !only_manifest {
+            return Ok(());
         }
+        // Another shard starting on this manifest holds its lock: then the
+        // manifest is its too. Liveness is asked of the lock, not of the
+        // file's existence (a dead process's lock file stays behind).
+        let shard = self.layout.names().shard;
+        let mut held = Vec::new();
+        for index in (0..shard.count).filter(|&i| i != shard.index) {
+            let key = OutputLayout::lock_of(ShardSpec {
+                index,
+                count: shard.count,
+            });
+            match self.store.lock(&key, &Holder(holder_text()))? {
+                Ok(lock) => held.push((key, lock)),
+                Err(_) => return Ok(()),
+            }
+        }
+        self.store.delete(MANIFEST)?;
+        // Held until the process ends; a process that opened one of these
+        // files before its removal finds the name gone and opens again.
+        for (key, _lock) in &held {
+            self.store.delete(key)?;
+        }
+        self.store.delete(&self.layout.lock())?;
         Ok(())
     }
 
@@ -576,7 +699,7 @@ mod tests {
         };
         c1.mark_shard_done(&done).unwrap();
         assert_eq!(c1.verdict().unwrap(), Verdict::ShardDone);
-        assert!(matches!(c1.begin().unwrap(), Begun::ShardDone));
+        assert!(matches!(c1.begin().unwrap(), Begun::ShardDone(_)));
         let left = keys(out);
         assert!(
             !left.contains(&ones),
@@ -587,6 +710,37 @@ mod tests {
             "another shard's temporary file was removed"
         );
         assert_eq!(shards_done(&store, 3).unwrap().unwrap_err(), vec![0, 2]);
+    }
+
+    #[test]
+    fn a_shard_killed_committing_a_run_another_shard_finished_removes_its_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let shard = |i| ShardSpec::new(i, 2).unwrap();
+        let c0 = checkpoint(out, manifest(2), shard(0), false);
+        drop(begin(&c0));
+        let store = LocalStore::new(out);
+        // Shard 0 was killed while committing; shard 1 then committed the run.
+        let mine = crate::layout::temp_key("_rejects.parquet", "s000of002-9-0");
+        let theirs = crate::layout::temp_key("_report.json", "s001of002-9-1");
+        store.put(&mine, b"").unwrap();
+        store.put(&theirs, b"").unwrap();
+        store.put(SUCCESS, b"").unwrap();
+        assert!(matches!(c0.begin().unwrap(), Begun::Complete));
+        let left = keys(out);
+        assert!(!left.contains(&mine), "{left:?}");
+        assert!(left.contains(&theirs), "another shard's file was removed");
+        // Clean, a finished run is not touched (its lock not even taken).
+        let before = std::fs::metadata(out.join("_progress/lock-s000of002"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert!(matches!(c0.begin().unwrap(), Begun::Complete));
+        let after = std::fs::metadata(out.join("_progress/lock-s000of002"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(before, after);
     }
 
     /// A report as a shard's marker carries it, minimal.

@@ -227,7 +227,7 @@ fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, Commi
         return Ok(DataType::Utf8);
     };
     let location = store.locate(&first.key);
-    let bytes = store.get(&first.key)?.unwrap_or_default();
+    let bytes = store.read(&first.key)?;
     let parquet_error = |source| CommitError::Parquet {
         location: location.clone(),
         source,
@@ -241,7 +241,7 @@ fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, Commi
 }
 
 fn footer_rows(store: &dyn Store, key: &str) -> Result<u64, CommitError> {
-    let bytes = store.get(key)?.unwrap_or_default();
+    let bytes = store.read(key)?;
     let reader = SerializedFileReader::new(bytes).map_err(|source| CommitError::Parquet {
         location: store.locate(key),
         source,

@@ -98,7 +98,7 @@ pub fn merge_parquet(
             location: location.clone(),
             source,
         };
-        let bytes = store.get(part)?.unwrap_or_default();
+        let bytes = store.read(part)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
             .map_err(parquet_error)?;

@@ -1,8 +1,8 @@
 //! Reading back what earlier attempts committed: the `(source_file,
 //! source_row)` of every row in the committed part files (predicted) and
-//! reject files (rejected), and nothing else: a projection reads only those
-//! two columns, so resuming after a night of predictions reads a small
-//! fraction of the output.
+//! reject files (rejected), and nothing else. Each file is fetched whole
+//! from the store (one get, as an object store serves it; bounded by
+//! `rows_per_file`) and only those two columns are decoded.
 
 use std::collections::HashMap;
 
@@ -92,7 +92,7 @@ fn scan_file(
         location: location.clone(),
         source,
     };
-    let bytes = store.get(&file.key)?.unwrap_or_default();
+    let bytes = store.read(&file.key)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet_error)?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), ["source_file", "source_row"]);
     let reader = builder

@@ -229,7 +229,12 @@ impl OutputLayout {
 
     /// Held while this shard's one writer runs.
     pub fn lock(&self) -> String {
-        format!("{PROGRESS}/lock-{}", self.names.shard.tag())
+        Self::lock_of(self.names.shard)
+    }
+
+    /// Held while `shard`'s one writer runs.
+    pub fn lock_of(shard: ShardSpec) -> String {
+        format!("{PROGRESS}/lock-{}", shard.tag())
     }
 
     /// Written when `shard` is done, with its accounting.
@@ -280,11 +285,16 @@ pub fn committed(keys: &[String], kind: DataKind, shard: Option<ShardSpec>) -> V
     found
 }
 
-/// The highest attempt of `shard` with a marker among `keys` (0: none).
+/// The highest attempt of `shard` that a marker or a committed file among
+/// `keys` names (0: none).
 pub fn last_attempt(keys: &[String], shard: ShardSpec) -> u32 {
     keys.iter()
         .filter_map(|key| match Name::parse(key) {
-            Some(Name::AttemptMarker(names)) if names.shard == shard => Some(names.attempt),
+            Some(Name::AttemptMarker(names)) | Some(Name::Data { names, .. })
+                if names.shard == shard =>
+            {
+                Some(names.attempt)
+            }
             _ => None,
         })
         .max()
@@ -392,6 +402,7 @@ mod tests {
             "_progress/rejects-s001of002-a002-00-00001.parquet",
             "_progress/attempt-s001of002-a002.json",
             "_progress/attempt-s001of002-a001.json",
+            "part-s000of002-a004-00-00001.parquet",
         ]
         .map(String::from)
         .to_vec();
@@ -400,9 +411,10 @@ mod tests {
             committed(&keys, DataKind::Part, Some(one)),
             ["part-s001of002-a001-00-00001.parquet"]
         );
-        assert_eq!(committed(&keys, DataKind::Part, None).len(), 2);
+        assert_eq!(committed(&keys, DataKind::Part, None).len(), 3);
         assert_eq!(committed(&keys, DataKind::Rejects, Some(one)).len(), 1);
         assert_eq!(last_attempt(&keys, one), 2);
-        assert_eq!(last_attempt(&keys, ShardSpec::new(0, 2).unwrap()), 0);
+        // A committed part whose marker is gone still counts its attempt.
+        assert_eq!(last_attempt(&keys, ShardSpec::new(0, 2).unwrap()), 4);
     }
 }

@@ -67,6 +67,8 @@ pub struct InputRecord {
 pub enum ManifestError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{location} was written by another version of segpredict (manifest format {format}, this one writes {MANIFEST_FORMAT})")]
+    OtherFormat { location: String, format: u64 },
     #[error("{location} is not a segpredict run manifest: {source}")]
     Parse {
         location: String,
@@ -80,7 +82,7 @@ impl ManifestError {
     pub fn is_permanent(&self) -> bool {
         match self {
             ManifestError::Store(e) => e.is_permanent(),
-            ManifestError::Parse { .. } => true,
+            ManifestError::Parse { .. } | ManifestError::OtherFormat { .. } => true,
         }
     }
 }
@@ -126,6 +128,17 @@ impl RunManifest {
         let Some(bytes) = store.get(MANIFEST_NAME)? else {
             return Ok(None);
         };
+        // Another format is another run, told as such, before its fields
+        // are read as this format's.
+        let format = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("format").and_then(serde_json::Value::as_u64));
+        if let Some(format) = format.filter(|&f| f != u64::from(MANIFEST_FORMAT)) {
+            return Err(ManifestError::OtherFormat {
+                location: store.locate(MANIFEST_NAME),
+                format,
+            });
+        }
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|source| ManifestError::Parse {

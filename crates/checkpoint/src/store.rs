@@ -91,6 +91,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError>;
     /// The object under `key`, or `None`.
     fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError>;
+    /// The object under `key`, which a listing showed: gone is an error
+    /// naming it (retryable: another process may be replacing it).
+    fn read(&self, key: &str) -> Result<Bytes, StoreError> {
+        self.get(key)?.ok_or_else(|| StoreError {
+            op: "reading",
+            location: self.locate(key),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "listed, then gone"),
+        })
+    }
     /// Every key starting with `prefix`, sorted (objects only: a local
     /// folder is listed through its contents).
     fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError>;
@@ -98,6 +107,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// Starts a streamed object under `key`.
     fn upload(&self, key: &str) -> Result<Box<dyn Upload>, StoreError>;
+    /// Who holds the lock `key` now, asked without taking it and without
+    /// writing anything (`check`).
+    fn holder(&self, key: &str) -> Result<Option<Holder>, StoreError>;
     /// Takes the lock `key` for `holder`, or names who holds it.
     fn lock(&self, key: &str, holder: &Holder)
         -> Result<Result<Box<dyn Lock>, Holder>, StoreError>;
@@ -160,6 +172,14 @@ impl LocalStore {
     }
 }
 
+/// Names the file system itself keeps in a folder, never output: a mounted
+/// volume's `lost+found` (root's, unreadable to others), NFS's silly-renamed
+/// open files and FUSE's hidden ones.
+fn is_file_system_own(key: &str) -> bool {
+    let name = key.rsplit_once('/').map_or(key, |(_, name)| name);
+    key == "lost+found" || name.starts_with(".nfs") || name.starts_with(".fuse_hidden")
+}
+
 /// Flushes a directory's entries (a rename or an unlink in it) to disk:
 /// without it the rename itself may be lost on power failure (ext4, XFS).
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
@@ -194,6 +214,9 @@ impl Store for LocalStore {
             let mut file = File::create(&temp)?;
             file.write_all(bytes)?;
             file.sync_all()?;
+            // Closed before its name goes: on NFS an open file's unlink
+            // leaves a `.nfs*` file behind.
+            drop(file);
             // link(2) fails with EEXIST instead of replacing: put-if-absent.
             let linked = std::fs::hard_link(&temp, self.path(key));
             std::fs::remove_file(&temp)?;
@@ -233,7 +256,7 @@ impl Store for LocalStore {
                 true => name,
                 false => format!("{folder}/{name}"),
             };
-            if !key.starts_with(prefix) {
+            if !key.starts_with(prefix) || is_file_system_own(&key) {
                 continue;
             }
             match entry.file_type().map(|t| t.is_dir()) {
@@ -278,19 +301,62 @@ impl Store for LocalStore {
         }))
     }
 
+    fn holder(&self, key: &str) -> Result<Option<Holder>, StoreError> {
+        let mut file = match File::open(self.path(key)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.error("opening the lock", key)(e)),
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: `file` is an open descriptor for the duration of the call.
+        let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if free {
+            // Released when `file` closes, at once.
+            return Ok(None);
+        }
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        Ok(Some(Holder(text.trim().to_string())))
+    }
+
     fn lock(
         &self,
         key: &str,
         holder: &Holder,
     ) -> Result<Result<Box<dyn Lock>, Holder>, StoreError> {
+        let mut file = loop {
+            let (mut file, taken) = self.try_flock(key)?;
+            if !taken {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Ok(Err(Holder(text.trim().to_string())));
+            }
+            // A holder that was ending may have removed the file after we
+            // opened it: a lock on a name no longer there locks nothing.
+            if self.is_still_named(&file, key) {
+                break file;
+            }
+        };
+        // The lock is ours: say who holds it, for the one refused next.
+        let said = file
+            .set_len(0)
+            .and_then(|()| file.write_all(holder.0.as_bytes()))
+            .and_then(|()| file.flush());
+        said.map_err(self.error("writing the lock", key))?;
+        Ok(Ok(Box::new(FileLock { _file: file })))
+    }
+}
+
+impl LocalStore {
+    /// Opens (creating) the lock file `key` and tries `flock` on it.
+    fn try_flock(&self, key: &str) -> Result<(File, bool), StoreError> {
         self.parent_of(key)?;
-        let path = self.path(key);
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&path)
+            .open(self.path(key))
             .map_err(self.error("opening the lock", key))?;
         use std::os::fd::AsRawFd;
         // SAFETY: `file` is an open descriptor for the duration of the call.
@@ -300,17 +366,15 @@ impl Store for LocalStore {
             if error.kind() != std::io::ErrorKind::WouldBlock {
                 return Err(self.error("locking", key)(error));
             }
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            return Ok(Err(Holder(text.trim().to_string())));
         }
-        // The lock is ours: say who holds it, for the one refused next.
-        let said = file
-            .set_len(0)
-            .and_then(|()| file.write_all(holder.0.as_bytes()))
-            .and_then(|()| file.flush());
-        said.map_err(self.error("writing the lock", key))?;
-        Ok(Ok(Box::new(FileLock { _file: file })))
+        Ok((file, taken))
+    }
+
+    /// Whether the open `file` is still the one named `key`.
+    fn is_still_named(&self, file: &File, key: &str) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (open, named) = (file.metadata(), std::fs::metadata(self.path(key)));
+        matches!((open, named), (Ok(a), Ok(b)) if a.dev() == b.dev() && a.ino() == b.ino())
     }
 }
 
@@ -472,7 +536,10 @@ mod tests {
             .lock("_progress/lock", &Holder("pid 2".into()))
             .unwrap();
         assert_eq!(refused.unwrap_err(), Holder("pid 1".into()));
+        let asked = store.holder("_progress/lock").unwrap();
+        assert_eq!(asked, Some(Holder("pid 1".into())));
         drop(first);
+        assert_eq!(store.holder("_progress/lock").unwrap(), None);
         assert!(store
             .lock("_progress/lock", &Holder("pid 3".into()))
             .unwrap()

@@ -3,6 +3,8 @@
 # after the workspace split, the checkpoint over a Store and the worker's
 # one recovery context, on the binaries built at this commit (carried in
 # .device/bins.tar.xz, as in session 8).
+# NOT RUN: no device machine was lent in session 9 ("no new device machine
+# is lent at present"); the GPU tests have not run on this code.
 set -uo pipefail
 DEV=.device
 export LD_LIBRARY_PATH=$(python3 -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
