@@ -219,6 +219,10 @@ pub enum RejectKind {
     /// under `on_bad_file = "skip"`: its file and row are named, its id is
     /// null (it could not be read), the reason is the decoder's error.
     BadRowGroup,
+    /// An encoded image segment that does not decode (corrupt, truncated,
+    /// empty, not PNG/JPEG/WebP, not 8-bit) or is larger than `max_pixels`;
+    /// the reason names the segment's index and the decoder's words.
+    BadImage,
 }
 
 impl RejectKind {
@@ -237,6 +241,7 @@ impl RejectKind {
             RejectKind::TooManySegments => "too_many_segments",
             RejectKind::BadFile => "bad_file",
             RejectKind::BadRowGroup => "bad_row_group",
+            RejectKind::BadImage => "bad_image",
         }
     }
 }
@@ -392,6 +397,12 @@ pub struct ReaderStats {
     pub rows: u64,
     pub rejects: u64,
     pub busy: std::time::Duration,
+    /// Segments of the rows decoded (rejected rows' segments included).
+    pub segments: u64,
+    /// Decode-pool thread time spent turning rows into segment bytes
+    /// (Arrow values copied, or images decoded and resized), summed over
+    /// the pool's threads: a CPU cost, not a wall time.
+    pub decode_busy: std::time::Duration,
 }
 
 /// Counts the bucketing stage reports when it ends.

@@ -6,6 +6,7 @@ use std::path::Path;
 use arrow::datatypes::{DataType, Schema};
 use serde::Deserialize;
 
+use super::image::{self, ImageInput};
 use super::ReaderError;
 use segpredict_core::message::{ExtraSpec, IdKind, InputSpec, SegmentDtype};
 
@@ -26,7 +27,8 @@ pub struct ColumnMapping {
 
 /// A list column whose items are segments of one fixed shape, stored as
 /// fixed-size binary (or binary) of `shape.product() * dtype` bytes, or as
-/// fixed-size lists of `shape.product()` numbers.
+/// fixed-size lists of `shape.product()` numbers; or, with `image`, encoded
+/// images (PNG, JPEG, WebP) decoded and resized to `shape`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentsColumn {
@@ -43,6 +45,14 @@ pub struct SegmentsColumn {
     /// in the model on CPU; a limit keeps one odd row from ending the night.
     #[serde(default)]
     pub max_per_row: Option<usize>,
+    /// The segments are encoded images: `shape` is `[channels, height,
+    /// width]` and this says how each image becomes it
+    /// (`[readers.columns.segments.image]`). The column is then
+    /// `list<binary>`, `list<struct<bytes, path>>` (Hugging Face
+    /// `datasets`), or `binary` / `struct<bytes, path>` for one image per
+    /// row. Default: none (the segments are raw values).
+    #[serde(default)]
+    pub image: Option<ImageInput>,
 }
 
 fn default_dtype() -> SegmentDtype {
@@ -93,6 +103,13 @@ impl ColumnMapping {
                 "columns.segments.shape {:?} must be non-empty with no zero dimension",
                 self.segments.shape
             )));
+        }
+        if let Some(image) = &self.segments.image {
+            image
+                .validate(&self.segments.shape, self.segments.dtype)
+                .map_err(|why| {
+                    ReaderError::Config(format!("columns.segments.image: {why}"))
+                })?;
         }
         for extra in &self.extras {
             if extra.kind == ExtraKind::Vector && extra.width.unwrap_or(0) == 0 {
@@ -205,6 +222,9 @@ pub(super) fn list_child(data_type: &DataType) -> Option<&DataType> {
 /// What is wrong with the segments column's type for its declared shape and
 /// dtype, if anything.
 fn segments_type_problem(data_type: &DataType, column: &SegmentsColumn) -> Option<String> {
+    if column.image.is_some() {
+        return image::column::type_problem(data_type);
+    }
     let Some(child) = list_child(data_type) else {
         return Some(format!(
             "segments must be a list or large_list column, found {data_type}"

@@ -15,6 +15,8 @@ use arrow::record_batch::RecordBatch;
 use rayon::prelude::*;
 
 use super::columns::{ColumnMapping, ExtraKind, SegmentsColumn};
+use super::image::column::{one_per_row, EncodedImages};
+use super::image::ImageDecoder;
 use segpredict_core::message::{
     ExtraValue, IdKind, Origin, Reject, RejectKind, Row, RowChunk, RowId, RowMeta, SegmentDtype,
 };
@@ -39,6 +41,10 @@ pub enum DecodeError {
     NotAList { column: String, found: DataType },
     #[error("column `{column}`: unsupported segment item type {found}")]
     SegmentItems { column: String, found: DataType },
+    /// The `image` settings do not fit the segments' shape and dtype
+    /// (checked at start-up, so only a bug reaches this).
+    #[error("column `{0}`: {1}")]
+    Image(String, String),
     /// The Parquet decoder panicked on this data (a corrupt page).
     #[error("the file is corrupt: the Parquet decoder failed with \"{0}\"")]
     Corrupt(String),
@@ -52,12 +58,31 @@ fn cast_error(column: &str) -> impl Fn(arrow::error::ArrowError) -> DecodeError 
 }
 
 /// Decodes `batch`, whose first row is row `first_row` of file `file_idx`.
+#[cfg(test)]
 pub fn decode_batch(
     batch: &RecordBatch,
     columns: &ColumnMapping,
     file_idx: u32,
     first_row: u64,
 ) -> Result<RowChunk, DecodeError> {
+    decode_batch_costed(batch, columns, file_idx, first_row).map(|(chunk, _)| chunk)
+}
+
+/// What decoding a batch cost: its segments, and the decode pool's thread
+/// time over its rows (summed, so a CPU cost however many threads ran).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodeCost {
+    pub segments: u64,
+    pub busy: std::time::Duration,
+}
+
+/// [`decode_batch`], with what it cost.
+pub fn decode_batch_costed(
+    batch: &RecordBatch,
+    columns: &ColumnMapping,
+    file_idx: u32,
+    first_row: u64,
+) -> Result<(RowChunk, DecodeCost), DecodeError> {
     let column = |name: &str| {
         batch
             .column_by_name(name)
@@ -70,24 +95,33 @@ pub fn decode_batch(
         .iter()
         .map(|e| ExtraReader::new(column(&e.name)?, e.kind, e.width.unwrap_or(0), &e.name))
         .collect::<Result<Vec<_>, DecodeError>>()?;
-    let results: Vec<Result<Row, Reject>> = (0..batch.num_rows())
+    let results: Vec<(Result<Row, Reject>, DecodeCost)> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
+            let started = std::time::Instant::now();
             let origin = Origin {
                 file_idx,
                 row_idx: first_row + i as u64,
             };
-            decode_row(i, origin, &ids, &segments, &extras)
+            let row = decode_row(i, origin, &ids, &segments, &extras);
+            let cost = DecodeCost {
+                segments: segments.len_of(i) as u64,
+                busy: started.elapsed(),
+            };
+            (row, cost)
         })
         .collect();
     let mut chunk = RowChunk::default();
-    for result in results {
+    let mut cost = DecodeCost::default();
+    for (result, row_cost) in results {
+        cost.busy += row_cost.busy;
+        cost.segments += row_cost.segments;
         match result {
             Ok(row) => chunk.rows.push(row),
             Err(reject) => chunk.rejects.push(reject),
         }
     }
-    Ok(chunk)
+    Ok((chunk, cost))
 }
 
 fn decode_row(
@@ -200,7 +234,8 @@ impl<'a> Lists<'a> {
 }
 
 struct SegmentsReader<'a> {
-    lists: Lists<'a>,
+    /// None: one image per row (the column is not a list).
+    lists: Option<Lists<'a>>,
     items: SegmentItems<'a>,
     segment_bytes: usize,
     elements: usize,
@@ -212,13 +247,49 @@ enum SegmentItems<'a> {
     FixedBinary(&'a arrow::array::FixedSizeBinaryArray),
     Binary(ArrayRef),
     FixedList(&'a FixedSizeListArray, SegmentDtype),
+    /// Encoded images, decoded and resized by the decoder.
+    Images(EncodedImages, ImageDecoder),
 }
 
 impl<'a> SegmentsReader<'a> {
     fn new(array: &'a ArrayRef, column: &SegmentsColumn) -> Result<Self, DecodeError> {
-        let lists = Lists::new(array, &column.name)?;
-        let values = lists.values();
-        let items = match values.data_type() {
+        let (lists, items) = match &column.image {
+            Some(image) => Self::images(array, column, image)?,
+            None => {
+                let lists = Lists::new(array, &column.name)?;
+                let items = Self::raw_items(lists.values(), column)?;
+                (Some(lists), items)
+            }
+        };
+        Ok(Self {
+            lists,
+            items,
+            segment_bytes: column.segment_bytes(),
+            elements: column.elements(),
+            max_per_row: column.max_per_row.unwrap_or(usize::MAX),
+        })
+    }
+
+    fn images(
+        array: &'a ArrayRef,
+        column: &SegmentsColumn,
+        image: &crate::image::ImageInput,
+    ) -> Result<(Option<Lists<'a>>, SegmentItems<'a>), DecodeError> {
+        let decoder = ImageDecoder::new(image, &column.shape, column.dtype)
+            .map_err(|why| DecodeError::Image(column.name.clone(), why))?;
+        let lists = (!one_per_row(array.data_type()))
+            .then(|| Lists::new(array, &column.name))
+            .transpose()?;
+        let values = lists.as_ref().map_or(array, |l| l.values());
+        let images = EncodedImages::new(values).map_err(cast_error(&column.name))?;
+        Ok((lists, SegmentItems::Images(images, decoder)))
+    }
+
+    fn raw_items(
+        values: &'a ArrayRef,
+        column: &SegmentsColumn,
+    ) -> Result<SegmentItems<'a>, DecodeError> {
+        Ok(match values.data_type() {
             DataType::FixedSizeBinary(_) => {
                 SegmentItems::FixedBinary(values.as_fixed_size_binary())
             }
@@ -236,19 +307,25 @@ impl<'a> SegmentsReader<'a> {
                     found: other.clone(),
                 })
             }
-        };
-        Ok(Self {
-            lists,
-            items,
-            segment_bytes: column.segment_bytes(),
-            elements: column.elements(),
-            max_per_row: column.max_per_row.unwrap_or(usize::MAX),
         })
+    }
+
+    /// The row's items, or None for a null list.
+    fn range(&self, i: usize) -> Option<Range<usize>> {
+        match &self.lists {
+            Some(lists) => lists.range(i),
+            None => Some(i..i + 1),
+        }
+    }
+
+    /// How many segments the row holds (0 for a null list).
+    fn len_of(&self, i: usize) -> usize {
+        self.range(i).map_or(0, |r| r.len())
     }
 
     /// The row's segment count and its segments' bytes, concatenated.
     fn row(&self, i: usize) -> Result<(usize, Vec<u8>), RowError> {
-        let range = self.lists.range(i).ok_or((
+        let range = self.range(i).ok_or((
             RejectKind::NullSegments,
             "the segments list is null".to_string(),
         ))?;
@@ -294,6 +371,12 @@ impl<'a> SegmentsReader<'a> {
                     ));
                 }
                 out.extend_from_slice(value);
+            }
+            SegmentItems::Images(images, decoder) => {
+                let encoded = images.get(j)?;
+                decoder
+                    .append(encoded, out)
+                    .map_err(|why| (RejectKind::BadImage, why))?;
             }
             SegmentItems::FixedList(a, dtype) => {
                 if a.is_null(j) {
@@ -465,6 +548,7 @@ mod tests {
                 dtype: SegmentDtype::U8,
                 shape: vec![1, 2, 2],
                 max_per_row: None,
+                image: None,
             },
             extras,
         }

@@ -11,6 +11,7 @@ mod bad_unit;
 mod columns;
 mod decode;
 mod discover;
+pub mod image;
 mod overlap;
 mod panics;
 mod plan;
@@ -24,7 +25,7 @@ use parquet::arrow::ProjectionMask;
 use serde::Deserialize;
 
 pub use columns::ColumnMapping;
-pub use decode::DecodeError;
+pub use decode::{DecodeCost, DecodeError};
 pub use overlap::check_output_outside_input;
 pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
@@ -332,10 +333,14 @@ impl Reading<'_> {
                 .map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?;
             let Some(batch) = next else { break };
             let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-            let mut chunk = self
+            let (mut chunk, cost) = self
                 .decode_pool
-                .install(|| decode::decode_batch(&batch, &config.columns, unit.file_idx, *next_row))
+                .install(|| {
+                    decode::decode_batch_costed(&batch, &config.columns, unit.file_idx, *next_row)
+                })
                 .map_err(decode_error)?;
+            stats.segments += cost.segments;
+            stats.decode_busy += cost.busy;
             if plan.skips_rows() {
                 // Rows (and rejects) an earlier attempt already committed.
                 chunk.rows.retain(|r| !plan.is_done(&r.meta.origin));

@@ -64,7 +64,9 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
             message: "no such column in this file".into(),
         })?;
     let data_type = builder.schema().field(root).data_type().clone();
-    if !matches!(data_type, DataType::List(_) | DataType::LargeList(_)) {
+    let one_image_per_row = crate::image::column::type_problem(&data_type).is_none()
+        && crate::image::column::one_per_row(&data_type);
+    if !one_image_per_row && !matches!(data_type, DataType::List(_) | DataType::LargeList(_)) {
         return Err(ReaderError::Column {
             path: path.to_path_buf(),
             column: column.to_string(),
@@ -101,6 +103,10 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
 
 fn add_list_lengths(array: &dyn Array, counts: &mut SegmentCounts) {
     let lengths: Box<dyn Iterator<Item = Option<usize>>> = match array.data_type() {
+        // One encoded image per row: a valid row holds one segment.
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::Struct(_) => {
+            Box::new((0..array.len()).map(|i| array.is_valid(i).then_some(1)))
+        }
         DataType::List(_) => {
             let list = array.as_list::<i32>();
             Box::new((0..list.len()).map(move |i| {

@@ -1,0 +1,186 @@
+//! Resizing to the target size with Pillow's convolution resampling
+//! (`fast_image_resize` implements Pillow's algorithm, in SIMD): `stretch`,
+//! `fit` (scaled inside, padded, centered) and `crop` (scaled to cover, the
+//! source box centered). The geometry is one function, so the Python
+//! reference (`tools/image_reference.py`) and `inspect` compute the same.
+
+use std::cell::RefCell;
+
+use fast_image_resize::images::{Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+use super::pixels::Pixels;
+use super::{Filter, ImageInput, ResizeMode, Target};
+
+thread_local! {
+    /// Each decode thread keeps its resizer's scratch buffers.
+    static RESIZER: RefCell<Resizer> = RefCell::new(Resizer::new());
+}
+
+/// Where a source image lands in the target: the source box resampled
+/// (left, top, width, height, in source pixels, fractional for `crop`), and
+/// the size and offset it is drawn at in the target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Geometry {
+    pub source_box: (f64, f64, f64, f64),
+    pub drawn: (u32, u32),
+    pub offset: (u32, u32),
+}
+
+impl Geometry {
+    /// The geometry for a `width x height` source.
+    pub fn of(width: u32, height: u32, target: &Target, mode: ResizeMode) -> Self {
+        let (w, h) = (f64::from(width), f64::from(height));
+        let (tw, th) = (f64::from(target.width), f64::from(target.height));
+        let full = (0.0, 0.0, w, h);
+        match mode {
+            ResizeMode::Stretch => Self {
+                source_box: full,
+                drawn: (target.width, target.height),
+                offset: (0, 0),
+            },
+            ResizeMode::Fit => {
+                let scale = (tw / w).min(th / h);
+                let side = |n: f64, max: u32| ((n * scale).round() as u32).clamp(1, max);
+                let drawn = (side(w, target.width), side(h, target.height));
+                Self {
+                    source_box: full,
+                    drawn,
+                    offset: ((target.width - drawn.0) / 2, (target.height - drawn.1) / 2),
+                }
+            }
+            ResizeMode::Crop => {
+                let scale = (tw / w).max(th / h);
+                let (bw, bh) = (tw / scale, th / scale);
+                Self {
+                    source_box: ((w - bw) / 2.0, (h - bh) / 2.0, bw, bh),
+                    drawn: (target.width, target.height),
+                    offset: (0, 0),
+                }
+            }
+        }
+    }
+
+    /// Whether the source is copied as it is (same size, nothing cut).
+    pub fn is_identity(&self, width: u32, height: u32) -> bool {
+        self.drawn == (width, height)
+            && self.source_box == (0.0, 0.0, f64::from(width), f64::from(height))
+    }
+}
+
+fn algorithm(filter: Filter) -> ResizeAlg {
+    let convolution = ResizeAlg::Convolution;
+    match filter {
+        Filter::Nearest => ResizeAlg::Nearest,
+        Filter::Box => convolution(FilterType::Box),
+        Filter::Bilinear => convolution(FilterType::Bilinear),
+        Filter::Hamming => convolution(FilterType::Hamming),
+        // Pillow's BICUBIC is the a = -0.5 cubic: Catmull-Rom.
+        Filter::Bicubic => convolution(FilterType::CatmullRom),
+        Filter::Lanczos => convolution(FilterType::Lanczos3),
+    }
+}
+
+fn pixel_type(channels: usize) -> PixelType {
+    match channels {
+        1 => PixelType::U8,
+        3 => PixelType::U8x3,
+        _ => PixelType::U8x4,
+    }
+}
+
+/// The pixels at the target size (interleaved, the target's channels).
+pub fn resize(source: &Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, String> {
+    let geometry = Geometry::of(source.width, source.height, target, input.resize);
+    let drawn = if geometry.is_identity(source.width, source.height) {
+        source.data.clone()
+    } else {
+        resample(source, &geometry, input.filter)?
+    };
+    if geometry.drawn == (target.width, target.height) {
+        return Ok(Pixels {
+            width: target.width,
+            height: target.height,
+            channels: source.channels,
+            data: drawn,
+        });
+    }
+    Ok(pad(&drawn, &geometry, target, source.channels, input.pad_value))
+}
+
+fn resample(source: &Pixels, geometry: &Geometry, filter: Filter) -> Result<Vec<u8>, String> {
+    let kind = pixel_type(source.channels);
+    let from = ImageRef::new(source.width, source.height, &source.data, kind)
+        .map_err(|e| format!("resizing: {e}"))?;
+    let mut to = Image::new(geometry.drawn.0, geometry.drawn.1, kind);
+    let (left, top, width, height) = geometry.source_box;
+    let options = ResizeOptions::new()
+        .resize_alg(algorithm(filter))
+        .crop(left, top, width, height);
+    RESIZER
+        .with(|r| r.borrow_mut().resize(&from, &mut to, &options))
+        .map_err(|e| format!("resizing: {e}"))?;
+    Ok(to.into_vec())
+}
+
+/// `drawn` placed at the geometry's offset on a `pad_value` canvas.
+fn pad(drawn: &[u8], geometry: &Geometry, target: &Target, channels: usize, value: u8) -> Pixels {
+    let row_bytes = target.width as usize * channels;
+    let mut data = vec![value; row_bytes * target.height as usize];
+    let drawn_row = geometry.drawn.0 as usize * channels;
+    let (x0, y0) = (geometry.offset.0 as usize, geometry.offset.1 as usize);
+    for (y, row) in drawn.chunks_exact(drawn_row).enumerate() {
+        let start = (y0 + y) * row_bytes + x0 * channels;
+        data[start..start + drawn_row].copy_from_slice(row);
+    }
+    Pixels {
+        width: target.width,
+        height: target.height,
+        channels,
+        data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use segpredict_core::message::SegmentDtype;
+
+    use super::*;
+
+    fn target(width: u32, height: u32) -> Target {
+        Target {
+            channels: 1,
+            height,
+            width,
+            dtype: SegmentDtype::U8,
+        }
+    }
+
+    #[test]
+    fn fit_pads_and_centers_and_crop_cuts_the_middle() {
+        let fit = Geometry::of(40, 20, &target(8, 8), ResizeMode::Fit);
+        assert_eq!((fit.drawn, fit.offset), ((8, 4), (0, 2)));
+        let crop = Geometry::of(40, 20, &target(8, 8), ResizeMode::Crop);
+        assert_eq!(crop.source_box, (10.0, 0.0, 20.0, 20.0));
+        let same = Geometry::of(8, 8, &target(8, 8), ResizeMode::Crop);
+        assert!(same.is_identity(8, 8));
+    }
+
+    #[test]
+    fn a_box_filter_shrinking_by_four_averages_each_block() {
+        // A 4x4 image of 0..16 shrunk to 1x1: the mean, 7.5, rounds to 8.
+        let source = Pixels {
+            width: 4,
+            height: 4,
+            channels: 1,
+            data: (0..16).collect(),
+        };
+        let input: ImageInput = toml::from_str("filter = \"box\"").unwrap();
+        let out = resize(&source, &target(1, 1), &input).unwrap();
+        assert_eq!(out.data, [8]);
+        let input: ImageInput = toml::from_str("resize = \"fit\"\npad_value = 9").unwrap();
+        let out = resize(&source, &target(2, 1), &input).unwrap();
+        assert_eq!(out.data.len(), 2);
+        assert_eq!(out.data[1], 9, "the right half is padding: {:?}", out.data);
+    }
+}

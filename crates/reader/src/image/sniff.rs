@@ -1,0 +1,136 @@
+//! The format from the first bytes (never from a path or a name), and the
+//! decoder opened on the header alone: its size is known before any pixel
+//! memory is allocated.
+
+use std::io::Cursor;
+
+use image::codecs::png::PngDecoder;
+use image::codecs::webp::WebPDecoder;
+use image::ImageDecoder as _;
+use zune_core::bytestream::ZCursor;
+use zune_core::options::DecoderOptions;
+
+/// The encodings decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Format {
+    Png,
+    Jpeg,
+    WebP,
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Format::Png => "PNG",
+            Format::Jpeg => "JPEG",
+            Format::WebP => "WebP",
+        })
+    }
+}
+
+/// What the header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub format: Format,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Header {
+    pub fn pixels(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+}
+
+/// The format by its signature, or why the bytes are none of them.
+pub fn format_of(bytes: &[u8]) -> Result<Format, String> {
+    match bytes {
+        [] => Err("is empty (0 bytes)".into()),
+        [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', ..] => Ok(Format::Png),
+        [0xff, 0xd8, 0xff, ..] => Ok(Format::Jpeg),
+        [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Ok(Format::WebP),
+        _ => Err(format!(
+            "is not PNG, JPEG or WebP ({} bytes starting {})",
+            bytes.len(),
+            hex_prefix(bytes)
+        )),
+    }
+}
+
+fn hex_prefix(bytes: &[u8]) -> String {
+    let shown: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    shown.join(" ")
+}
+
+/// A decoder that has read the header and nothing more.
+pub enum Opened<'a> {
+    Png(Box<PngDecoder<Cursor<&'a [u8]>>>),
+    Jpeg(Box<zune_jpeg::JpegDecoder<ZCursor<&'a [u8]>>>),
+    WebP(Box<WebPDecoder<Cursor<&'a [u8]>>>),
+}
+
+impl Opened<'_> {
+    pub fn header(&self) -> Header {
+        let (format, (width, height)) = match self {
+            Opened::Png(d) => (Format::Png, d.dimensions()),
+            Opened::WebP(d) => (Format::WebP, d.dimensions()),
+            Opened::Jpeg(d) => {
+                let (w, h) = d.dimensions().unwrap_or((0, 0));
+                // JPEG sides are 16-bit, so they fit.
+                let side = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                (Format::Jpeg, (side(w), side(h)))
+            }
+        };
+        Header {
+            format,
+            width,
+            height,
+        }
+    }
+}
+
+/// Opens the decoder for `bytes`' format and reads its header.
+pub fn open(bytes: &[u8]) -> Result<Opened<'_>, String> {
+    let format = format_of(bytes)?;
+    let failed = |e: &dyn std::fmt::Display| format!("{format} header: {e}");
+    match format {
+        Format::Png => PngDecoder::new(Cursor::new(bytes))
+            .map(|d| Opened::Png(Box::new(d)))
+            .map_err(|e| failed(&e)),
+        Format::WebP => WebPDecoder::new(Cursor::new(bytes))
+            .map(|d| Opened::WebP(Box::new(d)))
+            .map_err(|e| failed(&e)),
+        Format::Jpeg => {
+            // Lenient, as libjpeg is: a missing end marker or padding is
+            // decoded; a truncated scan still fails in the decode.
+            let options = DecoderOptions::default()
+                .set_strict_mode(false)
+                .set_max_width(usize::MAX)
+                .set_max_height(usize::MAX);
+            let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+            decoder.decode_headers().map_err(|e| failed(&e))?;
+            Ok(Opened::Jpeg(Box::new(decoder)))
+        }
+    }
+}
+
+/// The header alone (for `inspect`).
+pub fn header(bytes: &[u8]) -> Result<Header, String> {
+    crate::panics::catch(|| open(bytes).map(|o| o.header()))
+        .map_err(|p| format!("the decoder panicked reading the header: {}", p.0))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_told_by_content_and_anything_else_is_named() {
+        assert_eq!(format_of(b"\x89PNG\r\n\x1a\nrest"), Ok(Format::Png));
+        assert_eq!(format_of(&[0xff, 0xd8, 0xff, 0xe0]), Ok(Format::Jpeg));
+        assert_eq!(format_of(b"RIFF\0\0\0\0WEBPVP8 "), Ok(Format::WebP));
+        assert_eq!(format_of(b""), Err("is empty (0 bytes)".into()));
+        let gif = format_of(b"GIF89a\x01\x00").unwrap_err();
+        assert!(gif.contains("not PNG, JPEG or WebP") && gif.contains("47 49 46"), "{gif}");
+    }
+}

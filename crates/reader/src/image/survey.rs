@@ -1,0 +1,1 @@
+//! What `inspect` tells of an encoded image column.
