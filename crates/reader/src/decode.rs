@@ -669,6 +669,59 @@ mod tests {
         assert!(chunk.rejects[0].reason.contains("3 bytes, expected 4"));
     }
 
+    /// Image segments of shape [1, 8, 8] u8.
+    fn image_mapping() -> ColumnMapping {
+        let mut columns = mapping(vec![]);
+        columns.segments.shape = vec![1, 8, 8];
+        columns.segments.image = Some(toml::from_str("").unwrap());
+        columns
+    }
+
+    fn struct_images(items: Vec<(Option<Vec<u8>>, Option<&str>)>) -> ArrayRef {
+        let bytes: ArrayRef = Arc::new(arrow::array::BinaryArray::from_iter(
+            items.iter().map(|(b, _)| b.as_deref()),
+        ));
+        let paths: ArrayRef = Arc::new(StringArray::from_iter(items.iter().map(|(_, p)| *p)));
+        Arc::new(arrow::array::StructArray::try_from(vec![("bytes", bytes), ("path", paths)]).unwrap())
+    }
+
+    #[test]
+    fn image_columns_in_every_form_decode_and_bad_images_reject_their_row() {
+        use crate::image::sniff::Format;
+        use crate::image::tests::{encode, png_claiming, ramp};
+        let png = encode(Format::Png, 8, 8, &ramp());
+        let ids = || -> ArrayRef { Arc::new(StringArray::from(vec!["a", "b", "c"])) };
+        let mut lists = ListBuilder::new(BinaryBuilder::new());
+        for items in [vec![png.clone(), png.clone()], vec![png.clone(), vec![]], vec![png_claiming(9000)]] {
+            items.iter().for_each(|b| lists.values().append_value(b));
+            lists.append(true);
+        }
+        let per_row: ArrayRef = Arc::new(arrow::array::BinaryArray::from_iter_values([
+            png.clone(),
+            b"GIF89a".to_vec(),
+            png.clone(),
+        ]));
+        let structs = struct_images(vec![
+            (Some(png.clone()), Some("a.png")),
+            (None, Some("b.png")),
+            (Some(png.clone()[..40].to_vec()), None),
+        ]);
+        let forms: [(&str, ArrayRef, &str, &str); 3] = [
+            ("list<binary>", Arc::new(lists.finish()), "segment 1: is empty (0 bytes)", "segment 0: PNG of 9000x9000"),
+            ("binary", per_row, "segment 0: is not PNG, JPEG or WebP", ""),
+            ("struct", structs, "segment 0: has no bytes, only the path \"b.png\"", "segment 0: PNG"),
+        ];
+        for (form, segments, second, third) in forms {
+            let batch = batch(vec![("id", ids()), ("segments", segments)]);
+            let chunk = decode_batch(&batch, &image_mapping(), 0, 0).unwrap();
+            assert_eq!(&chunk.rows[0].segments[..64], ramp(), "{form}");
+            let reasons: Vec<&str> = chunk.rejects.iter().map(|r| r.reason.as_str()).collect();
+            assert!(reasons[0].starts_with(second), "{form}: {reasons:?}");
+            assert!(third.is_empty() || reasons[1].starts_with(third), "{form}: {reasons:?}");
+            assert_eq!(chunk.rows.len() + chunk.rejects.len(), 3, "{form}");
+        }
+    }
+
     #[test]
     fn unsigned_ids_above_i64_max_keep_their_value() {
         let big = u64::MAX - 1;

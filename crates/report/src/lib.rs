@@ -91,6 +91,12 @@ pub struct RunReport {
     pub rows_per_s: f64,
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
+    /// The readers' cost per segment read, in microseconds of decode-pool
+    /// thread time: how many cores decoding takes at a given rate (an
+    /// encoded image costs its decode and resize). Absent when no segment
+    /// was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_us_per_segment: Option<f64>,
     /// Device time of this attempt's batches (CUDA events around each) over
     /// its wall time: how busy the GPU was kept. Absent on CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -180,6 +186,10 @@ fn strategy_as_written(s: BatchingStrategy) -> &'static str {
 #[serde(default)]
 pub struct StageBusy {
     pub readers: f64,
+    /// The decode pool's thread time (summed over its threads), within the
+    /// readers' time: Arrow values to segment bytes, images decoded and
+    /// resized.
+    pub decode: f64,
     pub bucketing: f64,
     pub model: f64,
     pub writers: f64,
@@ -212,10 +222,17 @@ impl StageReports {
             .sum()
     }
 
+    fn decode_us_per_segment(&self) -> Option<f64> {
+        let segments: u64 = self.readers.iter().map(|r| r.segments).sum();
+        let busy: Duration = self.readers.iter().map(|r| r.decode_busy).sum();
+        (segments > 0).then(|| busy.as_secs_f64() * 1e6 / segments as f64)
+    }
+
     fn busy(&self) -> StageBusy {
         let secs = Duration::as_secs_f64;
         StageBusy {
             readers: self.readers.iter().map(|r| secs(&r.busy)).sum(),
+            decode: self.readers.iter().map(|r| secs(&r.decode_busy)).sum(),
             bucketing: secs(&self.bucketing.busy),
             model: secs(&self.worker.busy),
             writers: self.writers.iter().map(|w| secs(&w.busy)).sum(),
@@ -306,6 +323,7 @@ impl RunReport {
                 / wall_s.max(1e-9),
             segments_per_s: worker.batches.segments as f64 / wall_s.max(1e-9),
             busy_s: stages.busy(),
+            decode_us_per_segment: stages.decode_us_per_segment(),
             device_busy_share: device_busy_share(&worker.batches, wall_s),
             peak_rss_bytes: peak_rss_bytes(),
             memory: memory_summary(&worker.memory),
@@ -354,6 +372,12 @@ impl RunReport {
                 self.oom_events,
                 self.final_max_segments.unwrap_or(self.max_segments),
                 self.oom_rejected_rows
+            );
+        }
+        if let Some(us) = self.decode_us_per_segment {
+            s += &format!(
+                "readers: {us:.2} us of decode-pool CPU a segment ({:.2} s in all)\n",
+                self.busy_s.decode
             );
         }
         if let Some(rss) = self.peak_rss_bytes {

@@ -235,3 +235,145 @@ impl ImageDecoder {
         pixels::decode(opened, &header, self.target.channels)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::io::Cursor;
+
+    use image::{ExtendedColorType, ImageEncoder};
+
+    use super::*;
+
+    /// An 8x8 gray ramp, 0, 4, 8, ... 252.
+    pub fn ramp() -> Vec<u8> {
+        (0..64).map(|i| (i * 4) as u8).collect()
+    }
+
+    pub fn encode(format: sniff::Format, width: u32, height: u32, pixels: &[u8]) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        let color = match pixels.len() / (width * height) as usize {
+            1 => ExtendedColorType::L8,
+            2 => ExtendedColorType::L16,
+            _ => ExtendedColorType::Rgb8,
+        };
+        let written = match format {
+            sniff::Format::Png => image::codecs::png::PngEncoder::new(&mut out)
+                .write_image(pixels, width, height, color),
+            sniff::Format::Jpeg => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 100)
+                .write_image(pixels, width, height, color),
+            sniff::Format::WebP => image::codecs::webp::WebPEncoder::new_lossless(&mut out)
+                .write_image(pixels, width, height, color),
+        };
+        written.unwrap();
+        out.into_inner()
+    }
+
+    pub fn gray_8x8(settings: &str) -> ImageDecoder {
+        let input: ImageInput = toml::from_str(settings).unwrap();
+        ImageDecoder::new(&input, &[1, 8, 8], SegmentDtype::U8).unwrap()
+    }
+
+    fn decoded(decoder: &ImageDecoder, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        decoder.append(bytes, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn png_and_lossless_webp_give_the_pixels_and_jpeg_nearly() {
+        let decoder = gray_8x8("");
+        for format in [sniff::Format::Png, sniff::Format::WebP] {
+            let bytes = encode(format, 8, 8, &ramp());
+            assert_eq!(decoded(&decoder, &bytes).unwrap(), ramp(), "{format}");
+        }
+        let jpeg = decoded(&decoder, &encode(sniff::Format::Jpeg, 8, 8, &ramp())).unwrap();
+        let worst = jpeg.iter().zip(ramp()).map(|(a, b)| a.abs_diff(b)).max();
+        assert!(worst <= Some(3), "JPEG q100 off by {worst:?}: {jpeg:?}");
+    }
+
+    #[test]
+    fn an_rgb_image_becomes_gray_or_bgr_planes_resized() {
+        // 16x8 RGB, every pixel (200, 100, 50): gray 124 (Pillow's L).
+        let rgb: Vec<u8> = [200, 100, 50].repeat(128);
+        let png = encode(sniff::Format::Png, 16, 8, &rgb);
+        assert_eq!(decoded(&gray_8x8("resize = \"crop\""), &png).unwrap(), [124; 64]);
+        let input: ImageInput = toml::from_str("channel_order = \"bgr\"").unwrap();
+        let bgr = ImageDecoder::new(&input, &[3, 2, 2], SegmentDtype::U8).unwrap();
+        assert_eq!(decoded(&bgr, &png).unwrap(), [[50; 4], [100; 4], [200; 4]].concat());
+    }
+
+    /// PNG's chunk CRC (ISO 3309), so a test can forge a header.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    /// A real 8x8 PNG whose header claims `side x side` (a valid CRC).
+    pub fn png_claiming(side: u32) -> Vec<u8> {
+        let mut png = encode(sniff::Format::Png, 8, 8, &ramp());
+        png[16..20].copy_from_slice(&side.to_be_bytes());
+        png[20..24].copy_from_slice(&side.to_be_bytes());
+        let crc = crc32(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        png
+    }
+
+    #[test]
+    fn a_header_over_max_pixels_is_refused_before_decoding() {
+        // 100,000 x 100,000 would be 10 GB of pixels; the header alone says no.
+        let error = decoded(&gray_8x8(""), &png_claiming(100_000)).unwrap_err();
+        assert_eq!(
+            error,
+            "PNG of 100000x100000 is 10000000000 pixels, more than max_pixels = 16777216"
+        );
+        let small = gray_8x8("max_pixels = 63");
+        let error = decoded(&small, &encode(sniff::Format::Png, 8, 8, &ramp())).unwrap_err();
+        assert!(error.contains("64 pixels, more than max_pixels = 63"), "{error}");
+    }
+
+    #[test]
+    fn every_bad_image_says_why_and_nothing_panics() {
+        let png = encode(sniff::Format::Png, 8, 8, &ramp());
+        let jpeg = encode(sniff::Format::Jpeg, 8, 8, &ramp());
+        let mut corrupt = png.clone();
+        let middle = corrupt.len() / 2;
+        corrupt[middle] ^= 0xff;
+        let gray16 = encode(sniff::Format::Png, 8, 8, &[7; 128]);
+        let cases: [(&str, &[u8], &str); 7] = [
+            ("zero bytes", &[], "is empty (0 bytes)"),
+            ("GIF", b"GIF89a\x08\x00\x08\x00", "is not PNG, JPEG or WebP"),
+            ("truncated PNG", &png[..png.len() / 2], "PNG"),
+            ("corrupt PNG", &corrupt, "PNG"),
+            ("truncated JPEG", &jpeg[..jpeg.len() / 3], "JPEG"),
+            ("JPEG header only", &jpeg[..4], "JPEG"),
+            ("16-bit gray PNG", &gray16, "only 8-bit"),
+        ];
+        for (what, bytes, says) in cases {
+            let error = decoded(&gray_8x8(""), bytes)
+                .err()
+                .unwrap_or_else(|| panic!("{what} decoded"));
+            assert!(error.contains(says), "{what}: {error}");
+        }
+    }
+
+    #[test]
+    fn settings_that_do_not_fit_the_shape_are_refused() {
+        let input = |text: &str| toml::from_str::<ImageInput>(text).unwrap();
+        let refused = |text: &str, shape: &[usize], dtype| {
+            input(text).validate(shape, dtype).unwrap_err()
+        };
+        assert!(refused("", &[8, 8], SegmentDtype::U8).contains("[channels, height, width]"));
+        assert!(refused("", &[2, 8, 8], SegmentDtype::U8).contains("found 2"));
+        assert!(refused("scale = 0.5", &[1, 8, 8], SegmentDtype::U8).contains("f16 or f32"));
+        assert!(refused("mean = [1.0, 2.0]", &[3, 8, 8], SegmentDtype::F32).contains("one per channel (3)"));
+        assert!(refused("std = [0.0]", &[1, 8, 8], SegmentDtype::F32).contains("std must not be 0"));
+        assert!(input("mean = [0.5]\nstd = [0.25, 0.5, 1.0]")
+            .validate(&[3, 4, 4], SegmentDtype::F16)
+            .is_ok());
+    }
+}
