@@ -354,7 +354,55 @@ def cmd_empty(a, t):
     pq.write_table(t.slice(0, 0), a.out)
 
 
+def forged_png(side: int) -> bytes:
+    """A PNG whose header says side x side (a valid CRC) over a tiny image:
+    a decompression bomb's header, for the max_pixels check."""
+    import struct
+    import zlib
+
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    chunk = struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+    idat = b"IDAT" + zlib.compress(b"\0" * 9)
+    tail = struct.pack(">I", len(idat) - 4) + idat + struct.pack(">I", zlib.crc32(idat))
+    return b"\x89PNG\r\n\x1a\n" + chunk + tail + struct.pack(">I", 0) + b"IEND" + struct.pack(">I", zlib.crc32(b"IEND"))
+
+
+# Row -> (segment, what): each damages one image of an image sample
+# (sample_data/digits-png.parquet), as tests/images.rs expects.
+BAD_IMAGES = {
+    3: (1, "corrupt"),
+    10: (0, "truncated"),
+    20: (2, "zero-byte"),
+    30: (0, "gif"),
+    40: (1, "oversized"),
+}
+
+
+def damaged(data: bytes, what: str) -> bytes:
+    if what == "corrupt":
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
+    return {
+        "truncated": data[: len(data) // 2],
+        "zero-byte": b"",
+        "gif": b"GIF89a\x08\x00\x08\x00\x80\x00\x00",
+        "oversized": forged_png(100_000),
+    }[what]
+
+
+def cmd_bad_images(a, t):
+    col = t.column("segments").combine_chunks()
+    offsets = col.offsets.to_numpy()
+    items = col.values.to_pylist()
+    for row, (segment, what) in BAD_IMAGES.items():
+        k = offsets[row] + segment
+        items[k] = damaged(items[k], what)
+    segments = pa.ListArray.from_arrays(col.offsets, pa.array(items, type=pa.binary()))
+    pq.write_table(replace(t, "segments", segments), a.out)
+
+
 COMMANDS = {
+    "bad-images": cmd_bad_images,
     "subset": cmd_subset,
     "rowgroups": cmd_rowgroups,
     "dict-id": cmd_dict_id,

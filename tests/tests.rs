@@ -13,6 +13,9 @@
 //! * `faults`: a row the model cannot take, corrupt and truncated files
 //!   (a corrupt dictionary page, a flipped checksummed byte), a full disk,
 //!   host memory flat with ten times the rejects.
+//! * `images`: encoded image segments: the image sample (PNG, JPEG, the
+//!   `datasets` layout) against the raw sample and the Pillow reference;
+//!   corrupt, truncated, empty, unsupported and oversized images rejected.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
 //! * `ownership`: the output is the run's own: foreign files survive
 //!   `--overwrite`, one writer per shard, a finished run's exit code again,
@@ -32,6 +35,7 @@ mod deploy;
 mod errors;
 mod faults;
 mod gpu;
+mod images;
 mod inputs;
 mod ops;
 mod ownership;

@@ -1,0 +1,152 @@
+//! Encoded image segments: the image sample (the sample's digits as PNG,
+//! as 32x32 JPEG, and in the `datasets` layout, `sample_data/
+//! make_image_samples.py`) run through its shipped pipelines, against the
+//! raw sample's run and the Pillow reference (`tools/image_reference.py`);
+//! bad images of every kind rejected with their reasons; `inspect`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::*;
+
+fn image_sample(kind: &str) -> PathBuf {
+    repo().join(format!("sample_data/digits-{kind}.parquet"))
+}
+
+fn image_pipeline(kind: &str) -> PathBuf {
+    repo().join(format!("pipelines/sample-{kind}.toml"))
+}
+
+/// Runs the shipped `pipelines/sample-KIND.toml` on `input`, into `out`.
+fn run_image_pipeline(kind: &str, input: &Path, out: &Path, args: &[&str]) -> RunResult {
+    let (input, out_arg) = (input.display().to_string(), out.display().to_string());
+    let mut all = vec!["--input", &input, "--output", &out_arg, "--device", "cpu"];
+    all.extend_from_slice(args);
+    run_file(&image_pipeline(kind), &all, out)
+}
+
+/// Item accuracy of `output` against the sample's true labels.
+fn item_accuracy(output: &[OutRow]) -> f64 {
+    let input = read_input(&sample());
+    let truth: HashMap<&str, &str> = input
+        .iter()
+        .map(|r| (r.id.as_str(), r.true_label.as_deref().unwrap()))
+        .collect();
+    let correct = output.iter().filter(|r| truth[r.id.as_str()] == r.label);
+    correct.count() as f64 / SAMPLE_ROWS as f64
+}
+
+/// A lossless image sample predicts what the raw sample does, row for row.
+fn assert_lossless_sample_matches_the_raw_run(kind: &str) {
+    let dir = tmp();
+    let out = dir.path().join("out");
+    let run = run_image_pipeline(kind, &image_sample(kind), &out, &[]);
+    run.expect_code(0);
+    let output = read_output(&out);
+    assert_eq!(output.len(), SAMPLE_ROWS, "{}", run.describe());
+    assert!(read_rejects(&out).is_empty());
+    // Every label id equal to the raw run's; scores within 1e-4 (batches
+    // are composed differently, so float sums may round differently).
+    assert_same_predictions_as_baseline(&output);
+    let report = read_report(&out);
+    let us = report["decode_us_per_segment"].as_f64().unwrap();
+    assert!(us > 0.0, "the report shows the readers' cost per segment: {report}");
+}
+
+#[test]
+fn png_sample_predicts_exactly_what_the_raw_sample_does() {
+    assert_lossless_sample_matches_the_raw_run("png");
+}
+
+#[test]
+fn datasets_layout_predicts_exactly_what_the_raw_sample_does() {
+    assert_lossless_sample_matches_the_raw_run("datasets");
+}
+
+/// Starts the Pillow reference on a shipped image pipeline.
+fn start_image_reference(kind: &str, out: &Path) -> std::process::Child {
+    Command::new(python())
+        .arg(repo().join("tools/image_reference.py"))
+        .arg("--pipeline")
+        .arg(image_pipeline(kind))
+        .arg("--output")
+        .arg(out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting tools/image_reference.py")
+}
+
+#[test]
+fn jpeg_sample_is_within_half_a_point_of_the_raw_accuracy_and_agrees_with_pillow() {
+    let dir = tmp();
+    let (out, reference_out) = (dir.path().join("out"), dir.path().join("ref.parquet"));
+    let reference = start_image_reference("jpeg", &reference_out);
+    let run = run_image_pipeline("jpeg", &image_sample("jpeg"), &out, &[]);
+    let reference = finish_reference(reference, &reference_out);
+    run.expect_code(0);
+    let output = read_output(&out);
+    assert_eq!(output.len(), SAMPLE_ROWS, "{}", run.describe());
+
+    let (jpeg, raw) = (item_accuracy(&output), item_accuracy(&good_baseline().output));
+    assert!(
+        (jpeg - raw).abs() <= 0.005,
+        "JPEG item accuracy {jpeg} vs the raw sample's {raw}"
+    );
+    assert_eq!(reference.len(), SAMPLE_ROWS, "Pillow decoded every row");
+    let same = output
+        .iter()
+        .filter(|r| reference[&r.id].1 == r.label_id)
+        .count();
+    assert!(
+        same as f64 >= 0.995 * SAMPLE_ROWS as f64,
+        "only {same} of {SAMPLE_ROWS} labels equal the Pillow reference's"
+    );
+}
+
+/// What `tests/fixtures.py bad-images` damages: row, segment, and words
+/// the reason must hold.
+const BAD_IMAGES: [(i64, usize, &str); 5] = [
+    (3, 1, "PNG"),
+    (10, 0, "PNG: unexpected end of file"),
+    (20, 2, "is empty (0 bytes)"),
+    (30, 0, "is not PNG, JPEG or WebP"),
+    (
+        40,
+        1,
+        "PNG of 100000x100000 is 10000000000 pixels, more than max_pixels = 1048576",
+    ),
+];
+
+fn assert_bad_images_rejected(out: &Path) {
+    let rejects = read_rejects(out);
+    let rows: Vec<i64> = rejects.iter().map(|r| r.source_row).collect();
+    assert_eq!(rows, BAD_IMAGES.map(|(row, _, _)| row), "{rejects:?}");
+    for (reject, (_, segment, says)) in rejects.iter().zip(BAD_IMAGES) {
+        assert_eq!(reject.kind, "bad_image", "{reject:?}");
+        let named = format!("segment {segment}: ");
+        assert!(
+            reject.reason.starts_with(&named) && reject.reason.contains(says),
+            "{reject:?} should name {named:?} and say {says:?}"
+        );
+    }
+    let output = read_output(out);
+    assert_eq!(output.len(), 200 - BAD_IMAGES.len());
+    assert_same_predictions_as_baseline(&output);
+}
+
+#[test]
+fn bad_images_reject_their_rows_with_reasons_and_every_other_row_is_predicted() {
+    let dir = tmp();
+    let input = dir.path().join("bad-images.parquet");
+    fixture("bad-images", &image_sample("png"), &input, &["--rows", "200"]);
+    let strict = dir.path().join("strict");
+    // 5 of 200 rows rejected: over the default fraction (0), so exit 3.
+    run_image_pipeline("png", &input, &strict, &[]).expect_code(3);
+    assert_bad_images_rejected(&strict);
+    let lenient = dir.path().join("lenient");
+    let args = ["--max-reject-fraction", "0.05"];
+    run_image_pipeline("png", &input, &lenient, &args).expect_code(0);
+    assert_bad_images_rejected(&lenient);
+}
