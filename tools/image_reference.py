@@ -81,14 +81,11 @@ def image_tensor(data: bytes, shape: list[int], spec: dict) -> np.ndarray:
     return (chw * np.float32(spec.get("scale", 1.0)) - mean) / std
 
 
-def row_images(column: pa.Array, row: int) -> list[bytes]:
-    value = column[row]
-    items = value.values if isinstance(value, (pa.ListScalar, pa.LargeListScalar)) else [value]
-    out = []
-    for item in items:
-        item = item.as_py()
-        out.append(item["bytes"] if isinstance(item, dict) else item)
-    return out
+def row_images(value) -> list[bytes]:
+    """A row's encoded images, from the column's Python value (a list of
+    bytes or of {bytes, path}, or one of them)."""
+    items = value if isinstance(value, list) else [value]
+    return [item["bytes"] if isinstance(item, dict) else item for item in items]
 
 
 def main() -> None:
@@ -103,7 +100,7 @@ def main() -> None:
     seg = config["readers"]["columns"]["segments"]
     spec, shape = seg.get("image", {}), seg["shape"]
     table = pq.read_table(here / config["readers"]["path"])
-    ids, segments = table.column("id").combine_chunks(), table.column(seg["name"]).combine_chunks()
+    ids, segments = table.column("id").combine_chunks(), table.column(seg["name"]).to_pylist()
     tags = table.column("tags").combine_chunks()
     labels = (here / config["model"]["labels"]).read_text(encoding="utf-8").splitlines()
     torch.set_num_threads(2)
@@ -122,7 +119,7 @@ def main() -> None:
         rows, tensors, counts = [], [], []
         for row in range(start, min(start + args.batch_rows, len(table))):
             try:
-                images = [tensor(b) for b in row_images(segments, row)]
+                images = [tensor(b) for b in row_images(segments[row])]
             except Exception:  # noqa: BLE001 - a row Pillow cannot decode is left out, as segpredict rejects it
                 failed += 1
                 continue
