@@ -15,6 +15,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 use crate::config::PipelineConfig;
+
+mod images;
 use segpredict_bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
 use segpredict_core::exit::Permanent;
 use segpredict_core::message::Segmented;
@@ -70,6 +72,7 @@ pub fn inspect(request: &InspectRequest) -> Result<String> {
         .map(|f| reader::segment_counts(&f.path, &segments))
         .collect::<Result<Vec<_>, _>>()?;
     describe_histogram(&segments, &counts, &mut out);
+    images::describe_images(&files, &segments, request.pipeline.as_ref(), &mut out)?;
     if let Some(config) = &request.pipeline {
         let calibration = request
             .calibration
@@ -181,7 +184,9 @@ fn suggest_columns(
         .or_else(|| {
             roles
                 .iter()
-                .find(|(_, role)| matches!(role, ColumnRole::Segments { .. }))
+                .find(|(_, role)| {
+                    matches!(role, ColumnRole::Segments { .. } | ColumnRole::Images)
+                })
                 .map(|(name, _)| name.clone())
         });
     let id = pick_id(roles);
@@ -262,8 +267,13 @@ fn segments_entry(
     if let Some(columns) = configured {
         let shape = &columns.segments.shape;
         let dtype = format!("{:?}", columns.segments.dtype).to_lowercase();
+        let images = if columns.segments.image.is_some() {
+            ", with its [readers.columns.segments.image] section"
+        } else {
+            ""
+        };
         return format!(
-            "segments = {{ name = {}, dtype = \"{dtype}\", shape = {shape:?} }}  # dtype and shape from the pipeline\n",
+            "segments = {{ name = {}, dtype = \"{dtype}\", shape = {shape:?} }}  # dtype and shape from the pipeline{images}\n",
             quoted(name)
         );
     }
@@ -276,8 +286,12 @@ fn segments_entry(
             quoted(name),
             guess_shape(*elements)
         ),
+        ColumnRole::Images => format!(
+            "segments = {{ name = {}, dtype = \"u8\", shape = [3, 224, 224], image = {{ resize = \"stretch\", filter = \"bilinear\" }} }}  # encoded images: set the model's [channels, height, width]\n",
+            quoted(name)
+        ),
         _ => format!(
-            "segments = {{ name = {}, dtype = \"u8\", shape = [] }}  # variable-length binary: set dtype and the model's segment shape\n",
+            "segments = {{ name = {}, dtype = \"u8\", shape = [] }}  # variable-length binary: set dtype and the model's segment shape (encoded images: add image = {{ ... }})\n",
             quoted(name)
         ),
     }

@@ -150,3 +150,36 @@ fn bad_images_reject_their_rows_with_reasons_and_every_other_row_is_predicted() 
     run_image_pipeline("png", &input, &lenient, &args).expect_code(0);
     assert_bad_images_rejected(&lenient);
 }
+
+#[test]
+fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
+    let pipeline = image_pipeline("jpeg");
+    let inspect = |args: &[&str]| {
+        let mut command = Command::new(bin());
+        run_command(command.arg("inspect").args(args), Path::new("."))
+    };
+    let jpeg = inspect(&["--pipeline", pipeline.to_str().unwrap()]);
+    jpeg.expect_code(0);
+    for says in [
+        "95266 images: JPEG 95266",
+        "to 1x8x8 u8 by stretch, filter box",
+        "32x32     95266  ########################################  shrunk x0.250",
+    ] {
+        assert!(jpeg.stdout.contains(says), "no {says:?} in:\n{}", jpeg.stdout);
+    }
+    // The bad images: two headers that do not read, one over max_pixels.
+    let dir = tmp();
+    let input = dir.path().join("bad-images.parquet");
+    fixture("bad-images", &image_sample("png"), &input, &["--rows", "200"]);
+    let png = image_pipeline("png");
+    let bad = inspect(&[input.to_str().unwrap(), "--pipeline", png.to_str().unwrap()]);
+    bad.expect_code(0);
+    for says in [
+        "8360 images: PNG 8358",
+        "2 image(s) whose header does not read: a run rejects their rows (bad_image), e.g. is empty (0 bytes)",
+        "100000x100000         1  #  over max_pixels: a run rejects these rows (bad_image)",
+        "8x8      8357  ########################################  copied as it is",
+    ] {
+        assert!(bad.stdout.contains(says), "no {says:?} in:\n{}", bad.stdout);
+    }
+}

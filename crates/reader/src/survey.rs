@@ -139,6 +139,9 @@ pub enum ColumnRole {
         dtype: &'static str,
         elements: Option<usize>,
     },
+    /// Encoded images in Hugging Face `datasets`' layout
+    /// (`struct<bytes, path>`, or a list of them): segments with `image`.
+    Images,
     /// A string: only an id.
     Text,
     /// An integer: the id, or an `int` (or `float`) extra.
@@ -165,7 +168,10 @@ impl ColumnRole {
                 dtype,
                 elements: Some(n),
             } => format!("segments ({n} {dtype} values each)"),
-            ColumnRole::Segments { .. } => "segments (variable-length binary)".into(),
+            ColumnRole::Segments { .. } => {
+                "segments (variable-length binary, or encoded images)".into()
+            }
+            ColumnRole::Images => "segments (encoded images, datasets layout)".into(),
             ColumnRole::Text => "id (or not a model input)".into(),
             ColumnRole::Int => "id, or an int/float extra".into(),
             ColumnRole::Float => "a float extra".into(),
@@ -186,6 +192,9 @@ pub fn column_roles(schema: &arrow::datatypes::Schema) -> Vec<(String, ColumnRol
 }
 
 fn role_of(data_type: &DataType) -> ColumnRole {
+    if crate::image::survey::is_datasets_image(data_type) {
+        return ColumnRole::Images;
+    }
     if let Some(child) = list_child(data_type) {
         return match child {
             DataType::FixedSizeBinary(w) => ColumnRole::Segments {
