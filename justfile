@@ -93,6 +93,10 @@ check: lint test
 sample: setup
     {{python}} sample_data/make_sample.py
 
+# Rebuild the image sample (the sample's digits as PNG, 32x32 JPEG, datasets layout).
+sample-images: setup
+    {{python}} sample_data/make_image_samples.py
+
 # Train digits-small and write digits-seed (TorchScript) under models/.
 models: setup
     {{python}} tools/make_models.py
@@ -114,6 +118,13 @@ bench-gpu: build
 # segpredict against the plain-PyTorch CPU pipeline on 5x the sample (benches/cpu/RESULTS.md).
 bench-cpu: build
     {{python}} benches/cpu/compare.py
+
+# Image decode + resize per core: segpredict vs Pillow, torchvision and the image crate
+# (benches/images/RESULTS.md). torchvision goes into target/bench-python, not the venv.
+bench-images: build
+    cargo build --release --workspace --examples
+    {{python}} -m pip install --quiet --disable-pip-version-check --no-deps --target target/bench-python torchvision==0.26.0
+    {{python}} benches/images/compare.py
 
 # The gap to the model's own ceiling, on a GPU machine with models/digits-seed.pt (benches/gpu/RESULTS.md).
 bench-gpu-gap: build

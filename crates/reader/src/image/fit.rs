@@ -90,12 +90,12 @@ fn pixel_type(channels: usize) -> PixelType {
 }
 
 /// The pixels at the target size (interleaved, the target's channels).
-pub fn resize(source: &Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, String> {
+pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, String> {
     let geometry = Geometry::of(source.width, source.height, target, input.resize);
     let drawn = if geometry.is_identity(source.width, source.height) {
-        source.data.clone()
+        source.data
     } else {
-        resample(source, &geometry, input.filter)?
+        resample(&source, &geometry, input.filter)?
     };
     if geometry.drawn == (target.width, target.height) {
         return Ok(Pixels {
@@ -176,10 +176,10 @@ mod tests {
             data: (0..16).collect(),
         };
         let input: ImageInput = toml::from_str("filter = \"box\"").unwrap();
-        let out = resize(&source, &target(1, 1), &input).unwrap();
+        let out = resize(source.clone(), &target(1, 1), &input).unwrap();
         assert_eq!(out.data, [8]);
         let input: ImageInput = toml::from_str("resize = \"fit\"\npad_value = 9").unwrap();
-        let out = resize(&source, &target(2, 1), &input).unwrap();
+        let out = resize(source, &target(2, 1), &input).unwrap();
         assert_eq!(out.data.len(), 2);
         assert_eq!(out.data[1], 9, "the right half is padding: {:?}", out.data);
     }

@@ -212,7 +212,7 @@ impl ImageDecoder {
     pub fn append(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         let decoded = crate::panics::catch(|| self.decode(bytes))
             .map_err(|p| format!("the decoder panicked: {}", p.0))??;
-        let resized = fit::resize(&decoded, &self.target, &self.input)?;
+        let resized = fit::resize(decoded, &self.target, &self.input)?;
         tensor::append(&resized, &self.target, self.input.channel_order, &self.normalize, out);
         Ok(())
     }

@@ -47,7 +47,7 @@ pub fn decode(opened: Opened<'_>, header: &Header, channels: usize) -> Result<Pi
         width: header.width,
         height: header.height,
         channels,
-        data: convert(&data, native, channels),
+        data: convert(data, native, channels),
     })
 }
 
@@ -97,10 +97,10 @@ fn luma(r: u8, g: u8, b: u8) -> u8 {
     (sum >> 16) as u8
 }
 
-fn convert(data: &[u8], native: Native, channels: usize) -> Vec<u8> {
+fn convert(data: Vec<u8>, native: Native, channels: usize) -> Vec<u8> {
     let from = native.channels();
     if from == channels && native != Native::GrayAlpha {
-        return data.to_vec();
+        return data;
     }
     let mut out = Vec::with_capacity(data.len() / from * channels);
     for pixel in data.chunks_exact(from) {
@@ -127,12 +127,12 @@ mod tests {
     #[test]
     fn conversions_are_pillows() {
         // Pillow: Image.new("RGB", (1, 1), (200, 100, 50)).convert("L") -> 124.
-        assert_eq!(convert(&[200, 100, 50], Native::Rgb, 1), [124]);
-        assert_eq!(convert(&[255, 255, 255, 0], Native::Rgba, 1), [255]);
-        assert_eq!(convert(&[7, 9], Native::GrayAlpha, 1), [7]);
-        assert_eq!(convert(&[7], Native::Gray, 3), [7, 7, 7]);
-        assert_eq!(convert(&[1, 2, 3, 4], Native::Rgba, 3), [1, 2, 3]);
-        assert_eq!(convert(&[7, 9], Native::GrayAlpha, 4), [7, 7, 7, 9]);
-        assert_eq!(convert(&[1, 2, 3], Native::Rgb, 4), [1, 2, 3, 255]);
+        assert_eq!(convert(vec![200, 100, 50], Native::Rgb, 1), [124]);
+        assert_eq!(convert(vec![255, 255, 255, 0], Native::Rgba, 1), [255]);
+        assert_eq!(convert(vec![7, 9], Native::GrayAlpha, 1), [7]);
+        assert_eq!(convert(vec![7], Native::Gray, 3), [7, 7, 7]);
+        assert_eq!(convert(vec![1, 2, 3, 4], Native::Rgba, 3), [1, 2, 3]);
+        assert_eq!(convert(vec![7, 9], Native::GrayAlpha, 4), [7, 7, 7, 9]);
+        assert_eq!(convert(vec![1, 2, 3], Native::Rgb, 4), [1, 2, 3, 255]);
     }
 }
