@@ -184,9 +184,7 @@ fn suggest_columns(
         .or_else(|| {
             roles
                 .iter()
-                .find(|(_, role)| {
-                    matches!(role, ColumnRole::Segments { .. } | ColumnRole::Images)
-                })
+                .find(|(_, role)| matches!(role, ColumnRole::Segments { .. } | ColumnRole::Images))
                 .map(|(name, _)| name.clone())
         });
     let id = pick_id(roles);
@@ -306,7 +304,7 @@ fn guess_shape(elements: usize) -> Vec<usize> {
     if let Some(side) = square_side(elements) {
         return vec![1, side, side];
     }
-    if elements % 3 == 0 {
+    if elements.is_multiple_of(3) {
         if let Some(side) = square_side(elements / 3) {
             return vec![3, side, side];
         }

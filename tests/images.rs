@@ -51,7 +51,10 @@ fn assert_lossless_sample_matches_the_raw_run(kind: &str) {
     assert_same_predictions_as_baseline(&output);
     let report = read_report(&out);
     let us = report["decode_us_per_segment"].as_f64().unwrap();
-    assert!(us > 0.0, "the report shows the readers' cost per segment: {report}");
+    assert!(
+        us > 0.0,
+        "the report shows the readers' cost per segment: {report}"
+    );
 }
 
 #[test]
@@ -89,7 +92,10 @@ fn jpeg_sample_is_within_half_a_point_of_the_raw_accuracy_and_agrees_with_pillow
     let output = read_output(&out);
     assert_eq!(output.len(), SAMPLE_ROWS, "{}", run.describe());
 
-    let (jpeg, raw) = (item_accuracy(&output), item_accuracy(&good_baseline().output));
+    let (jpeg, raw) = (
+        item_accuracy(&output),
+        item_accuracy(&good_baseline().output),
+    );
     assert!(
         (jpeg - raw).abs() <= 0.005,
         "JPEG item accuracy {jpeg} vs the raw sample's {raw}"
@@ -140,7 +146,12 @@ fn assert_bad_images_rejected(out: &Path) {
 fn bad_images_reject_their_rows_with_reasons_and_every_other_row_is_predicted() {
     let dir = tmp();
     let input = dir.path().join("bad-images.parquet");
-    fixture("bad-images", &image_sample("png"), &input, &["--rows", "200"]);
+    fixture(
+        "bad-images",
+        &image_sample("png"),
+        &input,
+        &["--rows", "200"],
+    );
     let strict = dir.path().join("strict");
     // 5 of 200 rows rejected: over the default fraction (0), so exit 3.
     run_image_pipeline("png", &input, &strict, &[]).expect_code(3);
@@ -165,12 +176,21 @@ fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
         "to 1x8x8 u8 by stretch, filter box",
         "32x32     95266  ########################################  shrunk x0.250",
     ] {
-        assert!(jpeg.stdout.contains(says), "no {says:?} in:\n{}", jpeg.stdout);
+        assert!(
+            jpeg.stdout.contains(says),
+            "no {says:?} in:\n{}",
+            jpeg.stdout
+        );
     }
     // The bad images: two headers that do not read, one over max_pixels.
     let dir = tmp();
     let input = dir.path().join("bad-images.parquet");
-    fixture("bad-images", &image_sample("png"), &input, &["--rows", "200"]);
+    fixture(
+        "bad-images",
+        &image_sample("png"),
+        &input,
+        &["--rows", "200"],
+    );
     let png = image_pipeline("png");
     let bad = inspect(&[input.to_str().unwrap(), "--pipeline", png.to_str().unwrap()]);
     bad.expect_code(0);

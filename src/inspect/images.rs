@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use crate::config::PipelineConfig;
-use segpredict_reader::image::survey::{can_hold_images, describe_resize, survey_images, ImageSurvey};
+use segpredict_reader::image::survey::{
+    can_hold_images, describe_resize, survey_images, ImageSurvey,
+};
 use segpredict_reader::image::{ImageInput, Target};
 use segpredict_reader::FileSurvey;
 
@@ -20,7 +22,10 @@ fn pipeline_images<'a>(
     column: &str,
 ) -> Option<(&'a ImageInput, Target)> {
     let segments = &pipeline?.readers.columns.segments;
-    let image = segments.image.as_ref().filter(|_| segments.name == column)?;
+    let image = segments
+        .image
+        .as_ref()
+        .filter(|_| segments.name == column)?;
     Some((image, Target::of(&segments.shape, segments.dtype).ok()?))
 }
 
@@ -66,7 +71,11 @@ fn describe_formats(column: &str, survey: &ImageSurvey, out: &mut String) {
         formats.join(", ")
     );
     if survey.missing > 0 {
-        let _ = writeln!(out, "  {} image(s) without bytes: a run rejects their rows", survey.missing);
+        let _ = writeln!(
+            out,
+            "  {} image(s) without bytes: a run rejects their rows",
+            survey.missing
+        );
     }
     if let Some(why) = &survey.first_unreadable {
         let _ = writeln!(
@@ -77,7 +86,11 @@ fn describe_formats(column: &str, survey: &ImageSurvey, out: &mut String) {
     }
 }
 
-fn describe_sizes(survey: &ImageSurvey, configured: Option<(&ImageInput, Target)>, out: &mut String) {
+fn describe_sizes(
+    survey: &ImageSurvey,
+    configured: Option<(&ImageInput, Target)>,
+    out: &mut String,
+) {
     let mut sizes: Vec<(&(u32, u32), &u64)> = survey.sizes.iter().collect();
     sizes.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let widest = sizes.first().map_or(1, |s| *s.1).max(1);
@@ -101,7 +114,10 @@ fn describe_sizes(survey: &ImageSurvey, configured: Option<(&ImageInput, Target)
         let _ = write!(out, "  {size:>13} {n:>9}  {bar}");
         match configured {
             Some((input, _)) if u64::from(width) * u64::from(height) > input.max_pixels => {
-                let _ = write!(out, "  over max_pixels: a run rejects these rows (bad_image)");
+                let _ = write!(
+                    out,
+                    "  over max_pixels: a run rejects these rows (bad_image)"
+                );
             }
             Some((input, target)) => {
                 let _ = write!(out, "  {}", describe_resize(width, height, input, &target));
@@ -112,6 +128,10 @@ fn describe_sizes(survey: &ImageSurvey, configured: Option<(&ImageInput, Target)
     }
     if sizes.len() > LISTED_SIZES {
         let rest: u64 = sizes[LISTED_SIZES..].iter().map(|s| *s.1).sum();
-        let _ = writeln!(out, "  ... {rest} more images in {} other sizes", sizes.len() - LISTED_SIZES);
+        let _ = writeln!(
+            out,
+            "  ... {rest} more images in {} other sizes",
+            sizes.len() - LISTED_SIZES
+        );
     }
 }

@@ -206,7 +206,7 @@ impl Default for PlotSample {
 
 impl PlotSample {
     pub fn add(&mut self, r: &BatchRecord) {
-        if self.seen % self.stride == 0 {
+        if self.seen.is_multiple_of(self.stride) {
             if self.points.len() == PLOT_POINTS {
                 let mut keep = false;
                 self.points.retain(|_| {
@@ -215,7 +215,7 @@ impl PlotSample {
                 });
                 self.stride *= 2;
             }
-            if self.seen % self.stride == 0 {
+            if self.seen.is_multiple_of(self.stride) {
                 self.points.push(r.clone());
             }
         }

@@ -21,11 +21,14 @@ struct Args {
     variant: String,
 }
 
-fn parse() -> Result<Args, String> {
+/// An error for a person running the benchmark by hand.
+type Failure = Box<dyn std::error::Error>;
+
+fn parse() -> Result<Args, Failure> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "decode_images DIR C,H,W RESIZE FILTER [--repeat N] [--variant V]";
     let [dir, shape, resize, filter, rest @ ..] = &args[..] else {
-        return Err(usage.into());
+        return Err(Failure::from(usage));
     };
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("{dir}: {e}"))?
@@ -38,8 +41,11 @@ fn parse() -> Result<Args, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let shape = shape
         .split(',')
-        .map(|n| n.parse().map_err(|_| format!("bad shape {shape}")))
-        .collect::<Result<Vec<usize>, String>>()?;
+        .map(|n| {
+            n.parse()
+                .map_err(|_| Failure::from(format!("bad shape {shape}")))
+        })
+        .collect::<Result<Vec<usize>, Failure>>()?;
     let flag = |name: &str| {
         let at = rest.iter().position(|a| a == name)?;
         rest.get(at + 1).cloned()
@@ -64,9 +70,9 @@ fn image_crate(bytes: &[u8], shape: &[usize], filter: image::imageops::FilterTyp
     }
 }
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Failure> {
     let args = parse()?;
-    let input: ImageInput = toml::from_str(&args.settings).map_err(|e| format!("{e}"))?;
+    let input: ImageInput = toml::from_str(&args.settings)?;
     let decoder = ImageDecoder::new(&input, &args.shape, SegmentDtype::U8)?;
     // The image crate has no box filter: Triangle (bilinear) for every set.
     let filter = image::imageops::FilterType::Triangle;

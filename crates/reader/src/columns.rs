@@ -107,9 +107,7 @@ impl ColumnMapping {
         if let Some(image) = &self.segments.image {
             image
                 .validate(&self.segments.shape, self.segments.dtype)
-                .map_err(|why| {
-                    ReaderError::Config(format!("columns.segments.image: {why}"))
-                })?;
+                .map_err(|why| ReaderError::Config(format!("columns.segments.image: {why}")))?;
         }
         for extra in &self.extras {
             if extra.kind == ExtraKind::Vector && extra.width.unwrap_or(0) == 0 {

@@ -43,8 +43,8 @@ pub enum DecodeError {
     SegmentItems { column: String, found: DataType },
     /// The `image` settings do not fit the segments' shape and dtype
     /// (checked at start-up, so only a bug reaches this).
-    #[error("column `{0}`: {1}")]
-    Image(String, String),
+    #[error("column `{0}`")]
+    Image(String, #[source] crate::image::SettingsError),
     /// The Parquet decoder panicked on this data (a corrupt page).
     #[error("the file is corrupt: the Parquet decoder failed with \"{0}\"")]
     Corrupt(String),
@@ -248,7 +248,8 @@ enum SegmentItems<'a> {
     Binary(ArrayRef),
     FixedList(&'a FixedSizeListArray, SegmentDtype),
     /// Encoded images, decoded and resized by the decoder.
-    Images(EncodedImages, ImageDecoder),
+    /// Boxed: much larger than the other variants.
+    Images(Box<(EncodedImages, ImageDecoder)>),
 }
 
 impl<'a> SegmentsReader<'a> {
@@ -282,7 +283,7 @@ impl<'a> SegmentsReader<'a> {
             .transpose()?;
         let values = lists.as_ref().map_or(array, |l| l.values());
         let images = EncodedImages::new(values).map_err(cast_error(&column.name))?;
-        Ok((lists, SegmentItems::Images(images, decoder)))
+        Ok((lists, SegmentItems::Images(Box::new((images, decoder)))))
     }
 
     fn raw_items(
@@ -372,11 +373,12 @@ impl<'a> SegmentsReader<'a> {
                 }
                 out.extend_from_slice(value);
             }
-            SegmentItems::Images(images, decoder) => {
+            SegmentItems::Images(images) => {
+                let (images, decoder) = &**images;
                 let encoded = images.get(j)?;
                 decoder
                     .append(encoded, out)
-                    .map_err(|why| (RejectKind::BadImage, why))?;
+                    .map_err(|why| (RejectKind::BadImage, format!("{why}")))?;
             }
             SegmentItems::FixedList(a, dtype) => {
                 if a.is_null(j) {
@@ -682,7 +684,9 @@ mod tests {
             items.iter().map(|(b, _)| b.as_deref()),
         ));
         let paths: ArrayRef = Arc::new(StringArray::from_iter(items.iter().map(|(_, p)| *p)));
-        Arc::new(arrow::array::StructArray::try_from(vec![("bytes", bytes), ("path", paths)]).unwrap())
+        Arc::new(
+            arrow::array::StructArray::try_from(vec![("bytes", bytes), ("path", paths)]).unwrap(),
+        )
     }
 
     #[test]
@@ -692,7 +696,11 @@ mod tests {
         let png = encode(Format::Png, 8, 8, &ramp());
         let ids = || -> ArrayRef { Arc::new(StringArray::from(vec!["a", "b", "c"])) };
         let mut lists = ListBuilder::new(BinaryBuilder::new());
-        for items in [vec![png.clone(), png.clone()], vec![png.clone(), vec![]], vec![png_claiming(9000)]] {
+        for items in [
+            vec![png.clone(), png.clone()],
+            vec![png.clone(), vec![]],
+            vec![png_claiming(9000)],
+        ] {
             items.iter().for_each(|b| lists.values().append_value(b));
             lists.append(true);
         }
@@ -707,9 +715,19 @@ mod tests {
             (Some(png.clone()[..40].to_vec()), None),
         ]);
         let forms: [(&str, ArrayRef, &str, &str); 3] = [
-            ("list<binary>", Arc::new(lists.finish()), "segment 1: is empty (0 bytes)", "segment 0: PNG of 9000x9000"),
+            (
+                "list<binary>",
+                Arc::new(lists.finish()),
+                "segment 1: is empty (0 bytes)",
+                "segment 0: PNG of 9000x9000",
+            ),
             ("binary", per_row, "segment 0: is not PNG, JPEG or WebP", ""),
-            ("struct", structs, "segment 0: has no bytes, only the path \"b.png\"", "segment 0: PNG"),
+            (
+                "struct",
+                structs,
+                "segment 0: has no bytes, only the path \"b.png\"",
+                "segment 0: PNG",
+            ),
         ];
         for (form, segments, second, third) in forms {
             let batch = batch(vec![("id", ids()), ("segments", segments)]);
@@ -717,7 +735,10 @@ mod tests {
             assert_eq!(&chunk.rows[0].segments[..64], ramp(), "{form}");
             let reasons: Vec<&str> = chunk.rejects.iter().map(|r| r.reason.as_str()).collect();
             assert!(reasons[0].starts_with(second), "{form}: {reasons:?}");
-            assert!(third.is_empty() || reasons[1].starts_with(third), "{form}: {reasons:?}");
+            assert!(
+                third.is_empty() || reasons[1].starts_with(third),
+                "{form}: {reasons:?}"
+            );
             assert_eq!(chunk.rows.len() + chunk.rejects.len(), 3, "{form}");
         }
     }

@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
+use super::error::ImageError;
 use super::pixels::Pixels;
 use super::{Filter, ImageInput, ResizeMode, Target};
 
@@ -90,7 +91,7 @@ fn pixel_type(channels: usize) -> PixelType {
 }
 
 /// The pixels at the target size (interleaved, the target's channels).
-pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, String> {
+pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, ImageError> {
     let geometry = Geometry::of(source.width, source.height, target, input.resize);
     let drawn = if geometry.is_identity(source.width, source.height) {
         source.data
@@ -105,13 +106,19 @@ pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Result<Pix
             data: drawn,
         });
     }
-    Ok(pad(&drawn, &geometry, target, source.channels, input.pad_value))
+    Ok(pad(
+        &drawn,
+        &geometry,
+        target,
+        source.channels,
+        input.pad_value,
+    ))
 }
 
-fn resample(source: &Pixels, geometry: &Geometry, filter: Filter) -> Result<Vec<u8>, String> {
+fn resample(source: &Pixels, geometry: &Geometry, filter: Filter) -> Result<Vec<u8>, ImageError> {
     let kind = pixel_type(source.channels);
     let from = ImageRef::new(source.width, source.height, &source.data, kind)
-        .map_err(|e| format!("resizing: {e}"))?;
+        .map_err(|e| ImageError::Resize(Box::new(e)))?;
     let mut to = Image::new(geometry.drawn.0, geometry.drawn.1, kind);
     let (left, top, width, height) = geometry.source_box;
     let options = ResizeOptions::new()
@@ -119,7 +126,7 @@ fn resample(source: &Pixels, geometry: &Geometry, filter: Filter) -> Result<Vec<
         .crop(left, top, width, height);
     RESIZER
         .with(|r| r.borrow_mut().resize(&from, &mut to, &options))
-        .map_err(|e| format!("resizing: {e}"))?;
+        .map_err(|e| ImageError::Resize(Box::new(e)))?;
     Ok(to.into_vec())
 }
 

@@ -13,6 +13,7 @@
 //! `struct<bytes, path>`); `survey` backs `inspect`.
 
 pub(crate) mod column;
+mod error;
 mod fit;
 mod pixels;
 pub(crate) mod sniff;
@@ -23,6 +24,7 @@ use serde::Deserialize;
 
 use segpredict_core::message::SegmentDtype;
 
+pub use error::{ImageError, SettingsError};
 pub use fit::Geometry;
 
 /// `[readers.columns.segments.image]`: the segments are encoded images, and
@@ -130,14 +132,14 @@ pub struct Target {
 
 impl Target {
     /// The target a `[C, H, W]` shape names, or why the shape cannot be one.
-    pub fn of(shape: &[usize], dtype: SegmentDtype) -> Result<Self, String> {
+    pub fn of(shape: &[usize], dtype: SegmentDtype) -> Result<Self, SettingsError> {
         let &[channels, height, width] = shape else {
-            return Err(format!(
+            return refuse(format!(
                 "image segments need shape [channels, height, width], found {shape:?}"
             ));
         };
         if !matches!(channels, 1 | 3 | 4) {
-            return Err(format!(
+            return refuse(format!(
                 "image segments have 1 (gray), 3 (RGB) or 4 (RGBA) channels, found {channels}"
             ));
         }
@@ -149,36 +151,43 @@ impl Target {
                 width,
                 dtype,
             }),
-            _ => Err(format!("image height and width must be 1 or more, found {shape:?}")),
+            _ => refuse(format!(
+                "image height and width must be 1 or more, found {shape:?}"
+            )),
         }
     }
 }
 
 impl ImageInput {
     /// Checks the settings against the segments' shape and dtype.
-    pub fn validate(&self, shape: &[usize], dtype: SegmentDtype) -> Result<(), String> {
+    pub fn validate(&self, shape: &[usize], dtype: SegmentDtype) -> Result<(), SettingsError> {
         let target = Target::of(shape, dtype)?;
         let normalizes = self.scale.is_some() || self.mean.is_some() || self.std.is_some();
         if dtype == SegmentDtype::U8 && normalizes {
-            return Err("scale, mean and std need dtype f16 or f32: a u8 tensor takes the resized pixels as they are".into());
+            return refuse("scale, mean and std need dtype f16 or f32: a u8 tensor takes the resized pixels as they are");
         }
         for (name, values) in [("mean", &self.mean), ("std", &self.std)] {
             let n = values.as_ref().map_or(1, Vec::len);
             if n != 1 && n != target.channels {
-                return Err(format!(
+                return refuse(format!(
                     "{name} has {n} values: give one, or one per channel ({})",
                     target.channels
                 ));
             }
         }
         if let Some(zero) = self.std.iter().flatten().find(|s| **s == 0.0) {
-            return Err(format!("std must not be {zero}"));
+            return refuse(format!("std must not be {zero}"));
         }
         if self.max_pixels == 0 {
-            return Err("max_pixels must be at least 1".into());
+            return refuse("max_pixels must be at least 1");
         }
         Ok(())
     }
+}
+
+/// A settings error saying `why`.
+fn refuse<T>(why: impl Into<String>) -> Result<T, SettingsError> {
+    Err(SettingsError(why.into()))
 }
 
 /// Turns one encoded image into one segment's tensor bytes; shared by the
@@ -192,7 +201,11 @@ pub struct ImageDecoder {
 
 impl ImageDecoder {
     /// `input` validated against `shape` and `dtype` first.
-    pub fn new(input: &ImageInput, shape: &[usize], dtype: SegmentDtype) -> Result<Self, String> {
+    pub fn new(
+        input: &ImageInput,
+        shape: &[usize],
+        dtype: SegmentDtype,
+    ) -> Result<Self, SettingsError> {
         input.validate(shape, dtype)?;
         let target = Target::of(shape, dtype)?;
         Ok(Self {
@@ -209,28 +222,33 @@ impl ImageDecoder {
     /// Appends the image's tensor (`C*H*W*dtype` bytes) to `out`, or says
     /// why the image cannot be one. Never panics: a decoder's panic is
     /// caught and becomes the reason.
-    pub fn append(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn append(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), ImageError> {
         let decoded = crate::panics::catch(|| self.decode(bytes))
-            .map_err(|p| format!("the decoder panicked: {}", p.0))??;
+            .map_err(|p| ImageError::Panicked(p.0))??;
         let resized = fit::resize(decoded, &self.target, &self.input)?;
-        tensor::append(&resized, &self.target, self.input.channel_order, &self.normalize, out);
+        tensor::append(
+            &resized,
+            &self.target,
+            self.input.channel_order,
+            &self.normalize,
+            out,
+        );
         Ok(())
     }
 
     /// The header first: a size over `max_pixels` is refused before the
     /// pixels are allocated.
-    fn decode(&self, bytes: &[u8]) -> Result<pixels::Pixels, String> {
+    fn decode(&self, bytes: &[u8]) -> Result<pixels::Pixels, ImageError> {
         let opened = sniff::open(bytes)?;
         let header = opened.header();
         if header.pixels() > self.input.max_pixels {
-            return Err(format!(
-                "{} of {}x{} is {} pixels, more than max_pixels = {}",
-                header.format,
-                header.width,
-                header.height,
-                header.pixels(),
-                self.input.max_pixels
-            ));
+            return Err(ImageError::TooLarge {
+                format: header.format,
+                width: header.width,
+                height: header.height,
+                pixels: header.pixels(),
+                max_pixels: self.input.max_pixels,
+            });
         }
         pixels::decode(opened, &header, self.target.channels)
     }
@@ -259,8 +277,10 @@ pub(crate) mod tests {
         let written = match format {
             sniff::Format::Png => image::codecs::png::PngEncoder::new(&mut out)
                 .write_image(pixels, width, height, color),
-            sniff::Format::Jpeg => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 100)
-                .write_image(pixels, width, height, color),
+            sniff::Format::Jpeg => {
+                image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 100)
+                    .write_image(pixels, width, height, color)
+            }
             sniff::Format::WebP => image::codecs::webp::WebPEncoder::new_lossless(&mut out)
                 .write_image(pixels, width, height, color),
         };
@@ -273,7 +293,8 @@ pub(crate) mod tests {
         ImageDecoder::new(&input, &[1, 8, 8], SegmentDtype::U8).unwrap()
     }
 
-    fn decoded(decoder: &ImageDecoder, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    /// The tensor bytes, or the reject's reason.
+    fn decoded(decoder: &ImageDecoder, bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
         let mut out = Vec::new();
         decoder.append(bytes, &mut out).map(|()| out)
     }
@@ -295,10 +316,16 @@ pub(crate) mod tests {
         // 16x8 RGB, every pixel (200, 100, 50): gray 124 (Pillow's L).
         let rgb: Vec<u8> = [200, 100, 50].repeat(128);
         let png = encode(sniff::Format::Png, 16, 8, &rgb);
-        assert_eq!(decoded(&gray_8x8("resize = \"crop\""), &png).unwrap(), [124; 64]);
+        assert_eq!(
+            decoded(&gray_8x8("resize = \"crop\""), &png).unwrap(),
+            [124; 64]
+        );
         let input: ImageInput = toml::from_str("channel_order = \"bgr\"").unwrap();
         let bgr = ImageDecoder::new(&input, &[3, 2, 2], SegmentDtype::U8).unwrap();
-        assert_eq!(decoded(&bgr, &png).unwrap(), [[50; 4], [100; 4], [200; 4]].concat());
+        assert_eq!(
+            decoded(&bgr, &png).unwrap(),
+            [[50; 4], [100; 4], [200; 4]].concat()
+        );
     }
 
     /// PNG's chunk CRC (ISO 3309), so a test can forge a header.
@@ -307,7 +334,11 @@ pub(crate) mod tests {
         for &b in bytes {
             crc ^= u32::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
             }
         }
         !crc
@@ -326,14 +357,20 @@ pub(crate) mod tests {
     #[test]
     fn a_header_over_max_pixels_is_refused_before_decoding() {
         // 100,000 x 100,000 would be 10 GB of pixels; the header alone says no.
-        let error = decoded(&gray_8x8(""), &png_claiming(100_000)).unwrap_err();
+        let error = decoded(&gray_8x8(""), &png_claiming(100_000))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             error,
             "PNG of 100000x100000 is 10000000000 pixels, more than max_pixels = 16777216"
         );
         let small = gray_8x8("max_pixels = 63");
-        let error = decoded(&small, &encode(sniff::Format::Png, 8, 8, &ramp())).unwrap_err();
-        assert!(error.contains("64 pixels, more than max_pixels = 63"), "{error}");
+        let png = encode(sniff::Format::Png, 8, 8, &ramp());
+        let error = decoded(&small, &png).unwrap_err().to_string();
+        assert!(
+            error.contains("64 pixels, more than max_pixels = 63"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -356,7 +393,8 @@ pub(crate) mod tests {
         for (what, bytes, says) in cases {
             let error = decoded(&gray_8x8(""), bytes)
                 .err()
-                .unwrap_or_else(|| panic!("{what} decoded"));
+                .unwrap_or_else(|| panic!("{what} decoded"))
+                .to_string();
             assert!(error.contains(says), "{what}: {error}");
         }
     }
@@ -364,13 +402,13 @@ pub(crate) mod tests {
     #[test]
     fn settings_that_do_not_fit_the_shape_are_refused() {
         let input = |text: &str| toml::from_str::<ImageInput>(text).unwrap();
-        let refused = |text: &str, shape: &[usize], dtype| {
-            input(text).validate(shape, dtype).unwrap_err()
-        };
+        let refused =
+            |text: &str, shape: &[usize], dtype| input(text).validate(shape, dtype).unwrap_err().0;
         assert!(refused("", &[8, 8], SegmentDtype::U8).contains("[channels, height, width]"));
         assert!(refused("", &[2, 8, 8], SegmentDtype::U8).contains("found 2"));
         assert!(refused("scale = 0.5", &[1, 8, 8], SegmentDtype::U8).contains("f16 or f32"));
-        assert!(refused("mean = [1.0, 2.0]", &[3, 8, 8], SegmentDtype::F32).contains("one per channel (3)"));
+        assert!(refused("mean = [1.0, 2.0]", &[3, 8, 8], SegmentDtype::F32)
+            .contains("one per channel (3)"));
         assert!(refused("std = [0.0]", &[1, 8, 8], SegmentDtype::F32).contains("std must not be 0"));
         assert!(input("mean = [0.5]\nstd = [0.25, 0.5, 1.0]")
             .validate(&[3, 4, 4], SegmentDtype::F16)

@@ -6,6 +6,7 @@
 use image::ColorType;
 use zune_core::colorspace::ColorSpace;
 
+use super::error::ImageError;
 use super::sniff::{Header, Opened};
 
 /// Interleaved 8-bit pixels, `channels` per pixel, row-major.
@@ -19,29 +20,36 @@ pub struct Pixels {
 
 /// Decodes the opened image (its size already checked) into `channels`
 /// (1, 3 or 4) channels.
-pub fn decode(opened: Opened<'_>, header: &Header, channels: usize) -> Result<Pixels, String> {
+pub fn decode(opened: Opened<'_>, header: &Header, channels: usize) -> Result<Pixels, ImageError> {
     let format = header.format;
-    let failed = |e: &dyn std::fmt::Display| format!("{format}: {e}");
     let (native, data) = match opened {
-        Opened::Png(d) => read_with_image(*d).map_err(|e| failed(&e))?,
-        Opened::WebP(d) => read_with_image(*d).map_err(|e| failed(&e))?,
+        Opened::Png(d) => read_with_image(*d, header)?,
+        Opened::WebP(d) => read_with_image(*d, header)?,
         Opened::Jpeg(mut d) => {
             // Gray stays gray; anything else (YCbCr, CMYK) comes out RGB.
             let gray = d.input_colorspace() == Some(ColorSpace::Luma);
-            let out = if gray { ColorSpace::Luma } else { ColorSpace::RGB };
+            let out = if gray {
+                ColorSpace::Luma
+            } else {
+                ColorSpace::RGB
+            };
             d.set_options(d.options().jpeg_set_out_colorspace(out));
-            let data = d.decode().map_err(|e| failed(&e))?;
+            let data = d.decode().map_err(|e| ImageError::Decode {
+                format,
+                source: Box::new(e),
+            })?;
             (if gray { Native::Gray } else { Native::Rgb }, data)
         }
     };
     let expected = header.pixels() as usize * native.channels();
     if data.len() != expected {
-        return Err(format!(
-            "{format}: decoded {} bytes where {}x{} needs {expected}",
-            data.len(),
-            header.width,
-            header.height
-        ));
+        return Err(ImageError::ShortDecode {
+            format,
+            got: data.len(),
+            width: header.width,
+            height: header.height,
+            expected,
+        });
     }
     Ok(Pixels {
         width: header.width,
@@ -71,22 +79,30 @@ impl Native {
     }
 }
 
-fn read_with_image(decoder: impl image::ImageDecoder) -> Result<(Native, Vec<u8>), String> {
+fn read_with_image(
+    decoder: impl image::ImageDecoder,
+    header: &Header,
+) -> Result<(Native, Vec<u8>), ImageError> {
+    let format = header.format;
     let native = match decoder.color_type() {
         ColorType::L8 => Native::Gray,
         ColorType::La8 => Native::GrayAlpha,
         ColorType::Rgb8 => Native::Rgb,
         ColorType::Rgba8 => Native::Rgba,
         other => {
-            return Err(format!(
-                "{other:?} pixels: only 8-bit gray, gray+alpha, RGB and RGBA images are decoded"
-            ))
+            return Err(ImageError::NotEightBit {
+                format,
+                color: format!("{other:?}"),
+            })
         }
     };
     let mut data = vec![0; decoder.total_bytes() as usize];
     decoder
         .read_image(&mut data)
-        .map_err(|e| format!("{e}"))?;
+        .map_err(|e| ImageError::Decode {
+            format,
+            source: Box::new(e),
+        })?;
     Ok((native, data))
 }
 

@@ -10,6 +10,8 @@ use image::ImageDecoder as _;
 use zune_core::bytestream::ZCursor;
 use zune_core::options::DecoderOptions;
 
+use super::error::{Cause, ImageError};
+
 /// The encodings decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Format {
@@ -43,17 +45,16 @@ impl Header {
 }
 
 /// The format by its signature, or why the bytes are none of them.
-pub fn format_of(bytes: &[u8]) -> Result<Format, String> {
+pub fn format_of(bytes: &[u8]) -> Result<Format, ImageError> {
     match bytes {
-        [] => Err("is empty (0 bytes)".into()),
+        [] => Err(ImageError::Empty),
         [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', ..] => Ok(Format::Png),
         [0xff, 0xd8, 0xff, ..] => Ok(Format::Jpeg),
         [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Ok(Format::WebP),
-        _ => Err(format!(
-            "is not PNG, JPEG or WebP ({} bytes starting {})",
-            bytes.len(),
-            hex_prefix(bytes)
-        )),
+        _ => Err(ImageError::UnknownFormat {
+            len: bytes.len(),
+            start: hex_prefix(bytes),
+        }),
     }
 }
 
@@ -90,16 +91,16 @@ impl Opened<'_> {
 }
 
 /// Opens the decoder for `bytes`' format and reads its header.
-pub fn open(bytes: &[u8]) -> Result<Opened<'_>, String> {
+pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
     let format = format_of(bytes)?;
-    let failed = |e: &dyn std::fmt::Display| format!("{format} header: {e}");
+    let failed = |source: Cause| ImageError::Header { format, source };
     match format {
         Format::Png => PngDecoder::new(Cursor::new(bytes))
             .map(|d| Opened::Png(Box::new(d)))
-            .map_err(|e| failed(&e)),
+            .map_err(|e| failed(Box::new(e))),
         Format::WebP => WebPDecoder::new(Cursor::new(bytes))
             .map(|d| Opened::WebP(Box::new(d)))
-            .map_err(|e| failed(&e)),
+            .map_err(|e| failed(Box::new(e))),
         Format::Jpeg => {
             // Lenient, as libjpeg is: a missing end marker or padding is
             // decoded; a truncated scan still fails in the decode.
@@ -107,17 +108,18 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, String> {
                 .set_strict_mode(false)
                 .set_max_width(usize::MAX)
                 .set_max_height(usize::MAX);
-            let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
-            decoder.decode_headers().map_err(|e| failed(&e))?;
+            let mut decoder =
+                zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+            decoder.decode_headers().map_err(|e| failed(Box::new(e)))?;
             Ok(Opened::Jpeg(Box::new(decoder)))
         }
     }
 }
 
 /// The header alone (for `inspect`).
-pub fn header(bytes: &[u8]) -> Result<Header, String> {
+pub fn header(bytes: &[u8]) -> Result<Header, ImageError> {
     crate::panics::catch(|| open(bytes).map(|o| o.header()))
-        .map_err(|p| format!("the decoder panicked reading the header: {}", p.0))?
+        .map_err(|p| ImageError::Panicked(p.0))?
 }
 
 #[cfg(test)]
@@ -126,11 +128,18 @@ mod tests {
 
     #[test]
     fn formats_are_told_by_content_and_anything_else_is_named() {
-        assert_eq!(format_of(b"\x89PNG\r\n\x1a\nrest"), Ok(Format::Png));
-        assert_eq!(format_of(&[0xff, 0xd8, 0xff, 0xe0]), Ok(Format::Jpeg));
-        assert_eq!(format_of(b"RIFF\0\0\0\0WEBPVP8 "), Ok(Format::WebP));
-        assert_eq!(format_of(b""), Err("is empty (0 bytes)".into()));
-        let gif = format_of(b"GIF89a\x01\x00").unwrap_err();
-        assert!(gif.contains("not PNG, JPEG or WebP") && gif.contains("47 49 46"), "{gif}");
+        assert_eq!(format_of(b"\x89PNG\r\n\x1a\nrest").ok(), Some(Format::Png));
+        assert_eq!(
+            format_of(&[0xff, 0xd8, 0xff, 0xe0]).ok(),
+            Some(Format::Jpeg)
+        );
+        assert_eq!(format_of(b"RIFF\0\0\0\0WEBPVP8 ").ok(), Some(Format::WebP));
+        let empty = format_of(b"").unwrap_err().to_string();
+        assert_eq!(empty, "is empty (0 bytes)");
+        let gif = format_of(b"GIF89a\x01\x00").unwrap_err().to_string();
+        assert!(
+            gif.contains("not PNG, JPEG or WebP") && gif.contains("47 49 46"),
+            "{gif}"
+        );
     }
 }

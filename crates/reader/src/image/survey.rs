@@ -50,16 +50,20 @@ impl ImageSurvey {
         }
     }
 
-    fn add(&mut self, image: Result<&[u8], String>) {
-        match image.and_then(sniff::header) {
+    /// One image's header, or a missing image (None).
+    fn add(&mut self, image: Option<&[u8]>) {
+        let Some(bytes) = image else {
+            self.missing += 1;
+            return;
+        };
+        match sniff::header(bytes) {
             Ok(header) => {
                 *self.formats.entry(header.format.to_string()).or_default() += 1;
                 *self.sizes.entry((header.width, header.height)).or_default() += 1;
             }
-            Err(why) if why.is_empty() => self.missing += 1,
             Err(why) => {
                 self.unreadable += 1;
-                self.first_unreadable.get_or_insert(why);
+                self.first_unreadable.get_or_insert(format!("{why}"));
             }
         }
     }
@@ -103,7 +107,8 @@ pub fn survey_images(path: &Path, column: &str) -> Result<ImageSurvey, ReaderErr
         panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
     {
         let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-        add_images(batch.column(0), &mut survey).map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+        add_images(batch.column(0), &mut survey)
+            .map_err(|e| decode_error(DecodeError::Arrow(e)))?;
     }
     Ok(survey)
 }
@@ -116,8 +121,8 @@ fn add_images(array: &ArrayRef, survey: &mut ImageSurvey) -> Result<(), arrow::e
     };
     let images = EncodedImages::new(&items)?;
     for j in 0..items.len() {
-        // A null image is counted apart: its reason is emptied.
-        survey.add(images.get(j).map_err(|_| String::new()));
+        // A null image (or one with only a path) is counted apart.
+        survey.add(images.get(j).ok());
     }
     Ok(())
 }
@@ -133,7 +138,11 @@ pub fn describe_resize(width: u32, height: u32, input: &ImageInput, target: &Tar
         f64::from(geometry.drawn.0) / box_w,
         f64::from(geometry.drawn.1) / box_h,
     );
-    let how = if sx > 1.0 || sy > 1.0 { "upscaled" } else { "shrunk" };
+    let how = if sx > 1.0 || sy > 1.0 {
+        "upscaled"
+    } else {
+        "shrunk"
+    };
     let scale = if (sx - sy).abs() < 1e-9 {
         format!("x{sx:.3}")
     } else {

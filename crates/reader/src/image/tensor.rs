@@ -106,7 +106,13 @@ mod tests {
             ..target
         };
         let mut out = Vec::new();
-        append(&pixels, &f32_target, ChannelOrder::Rgb, &Normalize::new(&input, 3), &mut out);
+        append(
+            &pixels,
+            &f32_target,
+            ChannelOrder::Rgb,
+            &Normalize::new(&input, 3),
+            &mut out,
+        );
         let values: Vec<f32> = out
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
