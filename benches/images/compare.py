@@ -172,6 +172,22 @@ def measure(name: str, files: list[bytes], seconds: float) -> dict[str, float]:
     }
 
 
+def parity(sets: dict[str, list[bytes]]) -> dict[str, dict]:
+    """segpredict's u8 tensors against Pillow's on every file of each set:
+    the share of values equal and the largest difference."""
+    out = {}
+    for name, files in sets.items():
+        shape, spec = SETS[name]
+        dump = WORK / f"{name}.u8"
+        subprocess.run([str(EXAMPLE), str(WORK / name), ",".join(map(str, shape)), spec["resize"],
+                        spec["filter"], "--dump", str(dump)], check=True, capture_output=True)
+        ours = np.fromfile(dump, dtype=np.uint8).astype(np.int16)
+        pillow = np.concatenate([pillow_one(shape, spec)(d).ravel() for d in files]).astype(np.int16)
+        diff = np.abs(ours - pillow)
+        out[name] = {"values": int(diff.size), "equal_share": float((diff == 0).mean()), "max_abs_diff": int(diff.max())}
+    return out
+
+
 def summarize(rounds: list[dict[str, dict[str, float]]]) -> dict:
     out = {}
     for name in SETS:
@@ -193,7 +209,10 @@ def markdown(summary: dict, meta: dict) -> str:
         m, r = s["images_per_s_median"], s["segpredict_over"]
         lines.append(f"| {name} | {m['segpredict']:,.0f} | {m['image-crate']:,.0f} | {m['pillow']:,.0f} | "
                      f"{m['torchvision']:,.0f} | {r['pillow']:.2f}x | {r['torchvision']:.2f}x | {r['image-crate']:.2f}x |")
-    lines += ["", "Images per second on one thread, medians of the rounds; per round in results.json."]
+    lines += ["", "Images per second on one thread, medians of the rounds; per round in results.json.", "",
+              "Same pixels? segpredict's u8 tensors against Pillow's, every file:", ""]
+    for name, p in meta["parity_with_pillow"].items():
+        lines.append(f"- {name}: {p['equal_share']:.4%} of {p['values']:,} values equal, largest difference {p['max_abs_diff']}")
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +235,8 @@ def main() -> None:
         rounds.append({name: measure(name, files, args.seconds) for name, files in sets.items()})
         print(f"round {k + 1}: " + json.dumps(rounds[-1]), flush=True)
     meta["loadavg_after"] = os.getloadavg()
+    meta["parity_with_pillow"] = parity(sets)
+    print("parity: " + json.dumps(meta["parity_with_pillow"]))
     summary = summarize(rounds)
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")

@@ -5,7 +5,10 @@
 //! `load_from_memory` + `imageops::resize`, the alternative measured), and
 //! prints one JSON line: images, seconds, images per second.
 //!
-//! decode_images DIR C,H,W RESIZE FILTER [--repeat N] [--variant segpredict|image-crate]
+//! decode_images DIR C,H,W RESIZE FILTER [--repeat N] [--variant segpredict|image-crate] [--dump FILE]
+//!
+//! `--dump FILE` writes each file's u8 tensor once, in file order, for the
+//! pixel comparison with Pillow (compare.py --parity).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +22,7 @@ struct Args {
     settings: String,
     repeat: usize,
     variant: String,
+    dump: Option<PathBuf>,
 }
 
 /// An error for a person running the benchmark by hand.
@@ -56,6 +60,7 @@ fn parse() -> Result<Args, Failure> {
         settings: format!("resize = {resize:?}\nfilter = {filter:?}"),
         repeat: flag("--repeat").and_then(|n| n.parse().ok()).unwrap_or(1),
         variant: flag("--variant").unwrap_or_else(|| "segpredict".into()),
+        dump: flag("--dump").map(PathBuf::from),
     })
 }
 
@@ -76,6 +81,13 @@ fn main() -> Result<(), Failure> {
     let decoder = ImageDecoder::new(&input, &args.shape, SegmentDtype::U8)?;
     // The image crate has no box filter: Triangle (bilinear) for every set.
     let filter = image::imageops::FilterType::Triangle;
+    if let Some(path) = &args.dump {
+        let mut all = Vec::new();
+        for file in &args.files {
+            decoder.append(file, &mut all)?;
+        }
+        std::fs::write(path, all)?;
+    }
     let mut out = Vec::new();
     let started = Instant::now();
     let mut bytes_out = 0usize;
