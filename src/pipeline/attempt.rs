@@ -15,7 +15,7 @@ use segpredict_checkpoint::checkpoint::{Attempt, Begun, Checkpoint, ShardAccount
 use segpredict_checkpoint::commit::{commit_run, RunSummary};
 use segpredict_checkpoint::done::scan_committed;
 use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
-use segpredict_checkpoint::{LocalStore, Store};
+use segpredict_checkpoint::Store;
 use segpredict_core::message::Calibration;
 use segpredict_core::stats::BatchTotals;
 use segpredict_reader::ReadPlan;
@@ -44,8 +44,7 @@ pub(super) fn checkpoint_of(
 ) -> Result<Checkpoint> {
     // The run would read its own output back as input, or write over it.
     segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
-    let store: Arc<dyn Store> =
-        Arc::new(LocalStore::new(&config.writers.dir).tagged(&shards.tag()));
+    let store: Arc<dyn Store> = segpredict_checkpoint::open_store(&config.writers.dir, &shards.tag())?;
     let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);
     Ok(Checkpoint::new(
         store,
