@@ -45,7 +45,7 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     };
     if chosen.is_empty() {
         return Err(ReaderError::NoMatch {
-            pattern: format!("{} (*.parquet objects)", url.url()),
+            pattern: format!("{text} (*.parquet objects)"),
         });
     }
     Ok(chosen

@@ -277,18 +277,31 @@ fn object_of(path: &Path) -> Result<Option<(Arc<dyn ObjectStore>, ObjectPath)>, 
     }
 }
 
+/// An object's read failure as the reader's error: the network's is
+/// retryable, content that does not parse is the file's.
+pub(crate) fn remote_error(path: &Path, error: RemoteError) -> ReaderError {
+    match error {
+        RemoteError::Parquet(source) => ReaderError::NotParquet {
+            path: path.to_path_buf(),
+            source,
+        },
+        RemoteError::Store(e) => ReaderError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        },
+    }
+}
+
 /// A file's footer: read from disk, or by range from object storage.
-fn read_footer(file: &InputFile) -> Result<(ArrowReaderMetadata, String, Option<(Arc<dyn ObjectStore>, ObjectPath)>), ReaderError> {
+pub(crate) fn read_footer(file: &InputFile) -> Result<(ArrowReaderMetadata, String, Option<(Arc<dyn ObjectStore>, ObjectPath)>), ReaderError> {
     let Some((store, key)) = object_of(&file.path)? else {
         let (builder, sha256) = open_with_footer_hash(&file.path, true)?;
         let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
             .map_err(|source| ReaderError::NotParquet { path: file.path.clone(), source })?;
         return Ok((metadata, sha256, None));
     };
-    let (metadata, sha256) = remote::read_footer(&store, &key, file.size_bytes).map_err(|e| match e {
-        RemoteError::Parquet(source) => ReaderError::NotParquet { path: file.path.clone(), source },
-        RemoteError::Store(e) => ReaderError::Io { path: file.path.clone(), source: std::io::Error::other(e) },
-    })?;
+    let (metadata, sha256) = remote::read_footer(&store, &key, file.size_bytes)
+        .map_err(|e| remote_error(&file.path, e))?;
     Ok((metadata, sha256, Some((store, key))))
 }
 

@@ -153,6 +153,16 @@ async fn fetch(file: Arc<RemoteFile>, row_group: usize) -> Result<FetchedBytes, 
     })
 }
 
+/// [`fetch`] from a stage thread.
+pub(crate) fn fetch_blocking(file: &RemoteFile, row_group: usize) -> Result<FetchedBytes, RemoteError> {
+    let ranges = chunk_ranges(file, row_group, &file.roots);
+    let bytes = block_on(file.store.get_ranges(&file.path, &ranges))?;
+    Ok(FetchedBytes {
+        ranges: ranges.iter().map(|r| r.start).zip(bytes).collect(),
+        size: file.size,
+    })
+}
+
 /// A unit with its bytes when its file is an object (`None` for a local
 /// file, which the reader thread reads itself).
 pub(crate) type Prefetched = (Unit, Option<Result<FetchedBytes, RemoteError>>);

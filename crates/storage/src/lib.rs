@@ -168,7 +168,8 @@ impl ObjectUrl {
         format!("{}/{key}", self.bucket_url)
     }
 
-    /// This location's URL, with a trailing `/` when it has a prefix.
+    /// This location's URL, with a trailing `/` when it has a prefix (for
+    /// an object, use [`ObjectUrl::url_of`] with [`ObjectUrl::key`]).
     pub fn url(&self) -> String {
         if self.prefix.is_empty() {
             format!("{}/", self.bucket_url)

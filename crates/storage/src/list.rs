@@ -23,6 +23,11 @@ const KEY_GLOB: MatchOptions = MatchOptions {
 /// characters, every object whose key matches it; sorted by key.
 pub fn list_objects(url: &ObjectUrl) -> Result<Vec<ObjectMeta>, StorageError> {
     let pattern = url.prefix();
+    if !is_glob(pattern) && !pattern.is_empty() {
+        if let Some(object) = head(url)? {
+            return Ok(vec![object]);
+        }
+    }
     let (root, matcher) = if is_glob(pattern) {
         let matcher = Pattern::new(pattern).map_err(|e| StorageError::Url {
             location: url.url(),
@@ -44,6 +49,20 @@ pub fn list_objects(url: &ObjectUrl) -> Result<Vec<ObjectMeta>, StorageError> {
     }
     objects.sort_by(|a, b| a.location.cmp(&b.location));
     Ok(objects)
+}
+
+/// The object whose key is the prefix itself, if there is one.
+fn head(url: &ObjectUrl) -> Result<Option<ObjectMeta>, StorageError> {
+    use object_store::ObjectStoreExt;
+    match block_on(url.store().head(&url.key(""))) {
+        Ok(object) => Ok(Some(object)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(source) => Err(StorageError::Request {
+            op: "looking up",
+            location: url.url(),
+            source,
+        }),
+    }
 }
 
 /// The `/`-separated parts of a pattern before its first glob character:
