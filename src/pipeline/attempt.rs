@@ -99,6 +99,8 @@ pub(super) fn run_facts(
 ) -> RunFacts {
     let names = begin.attempt.layout.names();
     RunFacts {
+        // Counted at the end (`finish_run`).
+        store_requests: None,
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
         device: segpredict_worker::device_name(model.device()),
