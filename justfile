@@ -29,12 +29,20 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# What the tests need beyond the venv: the Pushgateway the metrics test
-# pushes to (Debian's prometheus-pushgateway). `just test` runs this itself;
-# it installs only when the binary is missing (root, or sudo).
-test-deps:
+# What the tests need beyond the venv's tools: the Pushgateway the metrics
+# test pushes to (Debian's prometheus-pushgateway; installed only when the
+# binary is missing, as root or with sudo), and tools/requirements-test.txt
+# (moto's S3 server for the object-storage tests) into the venv, stamped like
+# `setup`. `just test` runs this itself.
+test-deps: setup
     #!/usr/bin/env bash
     set -euo pipefail
+    stamp="{{venv}}/.segpredict-test-deps"
+    want="$(sha256sum tools/requirements-test.txt | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "{{python}}" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
+        echo "$want" > "$stamp"
+    fi
     if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
     sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     echo "installing prometheus-pushgateway (Debian) for the metrics test" >&2
