@@ -19,6 +19,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -657,6 +658,27 @@ impl S3Client {
 
     pub fn delete(&self, bucket: &str, key: &str) {
         self.expect(204, "DELETE", &format!("/{bucket}/{key}"), &[], b"");
+    }
+
+    /// Every object under `prefix` into `dir`, at its key less `prefix`
+    /// (so `read_output(dir)` reads an output prefix); the paths written.
+    pub fn download(&self, bucket: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
+        let mut written = Vec::new();
+        for object in self.list_objects(bucket, prefix, 1000) {
+            let relative = object.key[prefix.len()..].trim_start_matches('/');
+            let path = dir.join(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, self.get(bucket, &object.key)).unwrap();
+            written.push(path);
+        }
+        written
+    }
+
+    /// Uploads the file at `path` under `key`.
+    pub fn upload(&self, bucket: &str, key: &str, path: &Path) {
+        let body =
+            std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        self.put(bucket, key, &body);
     }
 
     pub fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
