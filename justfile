@@ -123,6 +123,16 @@ bench-gpu: build
 bench-cpu: build
     {{python}} benches/cpu/compare.py
 
+# Arguments go to the script, e.g. `just bench-s3 --server-only` or `--rounds 3`.
+# segpredict reading from a local S3 server (moto) against local disk, and the server's limit (benches/cpu/results/s3.md).
+bench-s3 *args: build test-deps
+    {{python}} benches/cpu/s3.py {{args}}
+
+# Credentials: any; with AWS_ENDPOINT_URL=http://127.0.0.1:PORT and AWS_ALLOW_HTTP=true.
+# moto's S3 server on loopback, for trying s3:// by hand.
+s3-server port="9000": test-deps
+    {{python}} -m moto.server -H 127.0.0.1 -p {{port}}
+
 # The gap to the model's own ceiling, on a GPU machine with models/digits-seed.pt (benches/gpu/RESULTS.md).
 bench-gpu-gap: build
     SEGPREDICT=target/release/segpredict bash benches/gpu/gap.sh

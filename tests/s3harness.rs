@@ -176,6 +176,7 @@ fn the_fault_proxy_injects_each_fault_at_about_its_rate() {
         stall: 0.05,
         lose_response: 0.05,
         stall_seconds: 0.4,
+        latency_seconds: 0.0,
     };
     let proxy = FaultProxy::start_seeded(server.port(), rates, 11);
     let n = 200;
@@ -270,7 +271,7 @@ fn a_lost_response_was_applied_so_a_conditional_retry_meets_its_own_write() {
 }
 
 #[test]
-fn a_stalled_put_answers_late_and_a_reset_before_forwarding_stores_nothing() {
+fn a_stall_or_latency_answers_late_and_a_reset_before_forwarding_stores_nothing() {
     let server = S3Server::shared();
     let bucket = server.unique_bucket("harness-stall");
     let stall = FaultRates {
@@ -298,6 +299,13 @@ fn a_stalled_put_answers_late_and_a_reset_before_forwarding_stores_nothing() {
     assert_eq!(server.list(&bucket, ""), ["slow"]);
     let stats = proxy.stats();
     assert_eq!((stats.stall, stats.reset_before), (1, 1), "{stats:?}");
+    proxy.set_rates(FaultRates {
+        latency_seconds: 0.3,
+        ..FaultRates::default()
+    });
+    let started = Instant::now();
+    assert_eq!(proxy.client().get(&bucket, "slow"), b"body");
+    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
 }
 
 #[test]

@@ -377,6 +377,8 @@ pub struct FaultRates {
     /// Forwarded (the server applies it), then reset before any response.
     pub lose_response: f64,
     pub stall_seconds: f64,
+    /// A delay before every forwarded request: a network's round trip.
+    pub latency_seconds: f64,
 }
 
 impl Default for FaultRates {
@@ -387,6 +389,7 @@ impl Default for FaultRates {
             stall: 0.0,
             lose_response: 0.0,
             stall_seconds: 2.0,
+            latency_seconds: 0.0,
         }
     }
 }
@@ -436,6 +439,7 @@ impl FaultProxy {
             .arg(format!("--stall={}", rates.stall))
             .arg(format!("--lose-response={}", rates.lose_response))
             .arg(format!("--stall-seconds={}", rates.stall_seconds))
+            .arg(format!("--latency-seconds={}", rates.latency_seconds))
             .arg(format!("--seed={seed}"));
         let process = LoopbackChild::spawn("the fault proxy", command, bare_port);
         let client = S3Client::new(process.port);

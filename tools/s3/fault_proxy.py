@@ -18,6 +18,10 @@ untouched). For a share of requests it injects a fault instead:
                  before any response: the case where a retried conditional
                  put meets its own earlier write
 
+and --latency-seconds delays every forwarded request, as a real network's
+round trip would (the reader's range-request concurrency is measured
+against it).
+
 Each request draws once from a seeded generator, so a given seed and the
 same request order give the same faults. Control endpoints (never faulted,
 never counted):
@@ -30,7 +34,7 @@ never counted):
 Usage:
   python tools/s3/fault_proxy.py --target 127.0.0.1:PORT [--listen-port 0]
       [--fail F] [--reset F] [--stall F] [--lose-response F]
-      [--stall-seconds S] [--seed N] [--log FILE]
+      [--stall-seconds S] [--latency-seconds S] [--seed N] [--log FILE]
 
 The first line on stdout is the port it listens on (useful with
 --listen-port 0). --log writes one JSON line per request (method, path,
@@ -78,6 +82,10 @@ class ProxyState:
                 if u < edge:
                     return name, stall_s, mid_body
             return None, stall_s, mid_body
+
+    def latency(self) -> float:
+        with self.lock:
+            return self.rates["latency_seconds"]
 
     def count(self, **increments: int) -> None:
         with self.lock:
@@ -259,6 +267,9 @@ class Exchange:
             self.state.record({**self.entry, "status": None, "bytes_in": len(body), "bytes_out": 0})
             reset(self.conn)
             return False
+        delay = self.state.latency()
+        if delay > 0:
+            time.sleep(delay)
         response, resp_body, sent_body = self.forward(body, expect)
         self.state.count(forwarded=1)
         return self.respond(fault, stall_s, response, resp_body, sent_body)
@@ -357,12 +368,14 @@ def main() -> None:
     p.add_argument("--stall", type=float, default=0.0, help="share of responses dribbled over --stall-seconds")
     p.add_argument("--lose-response", type=float, default=0.0, help="share forwarded, then reset before the response")
     p.add_argument("--stall-seconds", type=float, default=2.0)
+    p.add_argument("--latency-seconds", type=float, default=0.0, help="delay before forwarding each request")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log", help="append one JSON line per request to this file")
     a = p.parse_args()
     host, _, port = a.target.rpartition(":")
     target = (host or "127.0.0.1", int(port))
-    rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "stall_seconds": a.stall_seconds}
+    rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "stall_seconds": a.stall_seconds,
+             "latency_seconds": a.latency_seconds}
     state = ProxyState({k: 0.0 for k in rates}, a.seed, a.log)
     try:
         state.configure(rates)
