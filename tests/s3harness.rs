@@ -1,8 +1,9 @@
 //! The object-storage test harness itself (`util/s3.rs`): moto's server
 //! stores, lists and refuses a conditional overwrite; the fault proxy
-//! forwards byte for byte and injects each fault at about its rate; the
-//! request signing matches AWS's published example; a server that cannot
-//! start says why; a dropped server is gone.
+//! forwards byte for byte (every body framing an SDK sends) and injects
+//! each fault at about its rate; the request signing matches AWS's
+//! published example; a server that cannot start says why; a dropped
+//! server is gone.
 
 use std::time::{Duration, Instant};
 
@@ -305,7 +306,11 @@ fn a_stall_or_latency_answers_late_and_a_reset_before_forwarding_stores_nothing(
     });
     let started = Instant::now();
     assert_eq!(proxy.client().get(&bucket, "slow"), b"body");
-    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -339,4 +344,44 @@ fn a_dropped_server_is_gone() {
     assert!(S3Client::new(port)
         .request("GET", "/", &[], &[], b"")
         .is_err());
+}
+
+#[test]
+fn every_body_framing_an_sdk_sends_passes_the_proxy_unchanged() {
+    // Content-Length, chunked, aws-chunked (SigV4 streaming with a trailing
+    // checksum) both ways, and a boto3 multipart upload completed with
+    // If-None-Match: tools/s3/proxy_selftest.py sends each straight and
+    // through the proxy and compares what the server stored.
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("harness-framings");
+    let proxy = FaultProxy::in_front_of(server, FaultRates::default());
+    let output = std::process::Command::new(python())
+        .arg(repo().join("tools/s3/proxy_selftest.py"))
+        .arg(format!("--server={}", server.port()))
+        .arg(format!("--proxy={}", proxy.port()))
+        .arg(format!("--bucket={bucket}"))
+        .output()
+        .expect("running tools/s3/proxy_selftest.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: serde_json::Value = serde_json::from_str(&stdout).expect("its JSON");
+    for framing in [
+        "content-length",
+        "chunked",
+        "aws-chunked by content-length",
+        "aws-chunked, chunked",
+    ] {
+        assert_eq!(
+            results[framing]["status"],
+            serde_json::json!([200, 200]),
+            "{framing}: {stdout}"
+        );
+    }
+    assert_eq!(results["multipart"], true, "{stdout}");
+    let keys = server.list(&bucket, "");
+    assert_eq!(keys.len(), 9, "{keys:?}");
 }
