@@ -62,7 +62,7 @@ fn sigv4_signs_the_aws_documented_get_object_example() {
 }
 
 #[test]
-fn the_s3_server_stores_lists_pages_and_refuses_a_conditional_overwrite() {
+fn the_s3_server_stores_lists_and_pages() {
     let server = S3Server::shared();
     let bucket = server.unique_bucket("harness-store");
     let keys = [
@@ -84,7 +84,13 @@ fn the_s3_server_stores_lists_pages_and_refuses_a_conditional_overwrite() {
     );
     assert_eq!(paged[1].size, 1001);
     assert_eq!(server.get(&bucket, "out/b b.parquet"), bytes(1001, 1));
+}
 
+#[test]
+fn the_s3_server_refuses_a_conditional_put_whose_condition_fails() {
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("harness-conditional");
+    server.put(&bucket, "out/a.parquet", &bytes(1000, 0));
     let client = server.client();
     let path = format!("/{bucket}/out/a.parquet");
     let refused = client
@@ -154,6 +160,8 @@ fn the_fault_proxy_forwards_a_mebibyte_byte_for_byte() {
         0
     );
     assert!(stats.bytes_out >= (1 << 20) + 1000, "{stats:?}");
+    proxy.reset_stats();
+    assert_eq!(proxy.stats(), FaultStats::default());
 }
 
 /// What a client saw of one GET through the proxy.
@@ -163,6 +171,43 @@ enum Seen {
     SlowDown,
     Broken,
     Slow,
+}
+
+/// GETs `/{bucket}/k` (holding `data`) `n` times through `proxy`, one
+/// connection each, and says what each call saw.
+fn get_through(
+    proxy: &FaultProxy,
+    bucket: &str,
+    data: &[u8],
+    n: u64,
+    slow: Duration,
+) -> Vec<Seen> {
+    let path = format!("/{bucket}/k");
+    (0..n)
+        .map(|_| {
+            let started = Instant::now();
+            match proxy.client().request("GET", &path, &[], &[], b"") {
+                Ok(r) if r.status == 503 && r.text().contains("<Code>SlowDown</Code>") => {
+                    Seen::SlowDown
+                }
+                Ok(r) if r.status == 200 && r.body == data && started.elapsed() >= slow => {
+                    Seen::Slow
+                }
+                Ok(r) if r.status == 200 && r.body == data => Seen::Whole,
+                Ok(r) => panic!("unexpected answer {} {}", r.status, r.text()),
+                Err(_) => Seen::Broken,
+            }
+        })
+        .collect()
+}
+
+/// `got` of `n` within 4 standard deviations of the binomial mean at `p`.
+fn assert_near_rate(name: &str, got: u64, n: u64, p: f64, stats: &FaultStats) {
+    let (mean, sd) = (n as f64 * p, (n as f64 * p * (1.0 - p)).sqrt());
+    assert!(
+        (got as f64 - mean).abs() <= 4.0 * sd,
+        "{name}: {got} of {n} at rate {p}: {stats:?}"
+    );
 }
 
 #[test]
@@ -180,25 +225,8 @@ fn the_fault_proxy_injects_each_fault_at_about_its_rate() {
         latency_seconds: 0.0,
     };
     let proxy = FaultProxy::start_seeded(server.port(), rates, 11);
-    let n = 200;
-    let mut seen = Vec::new();
-    for _ in 0..n {
-        let started = Instant::now();
-        let answer = proxy
-            .client()
-            .request("GET", &format!("/{bucket}/k"), &[], &[], b"");
-        seen.push(match answer {
-            Ok(r) if r.status == 503 && r.text().contains("<Code>SlowDown</Code>") => {
-                Seen::SlowDown
-            }
-            Ok(r) if r.status == 200 && r.body == data => match started.elapsed() {
-                t if t >= Duration::from_secs_f64(rates.stall_seconds) => Seen::Slow,
-                _ => Seen::Whole,
-            },
-            Ok(r) => panic!("unexpected answer {} {}", r.status, r.text()),
-            Err(_) => Seen::Broken,
-        });
-    }
+    let (n, slow) = (200, Duration::from_secs_f64(rates.stall_seconds));
+    let seen = get_through(&proxy, &bucket, &data, n, slow);
     let count = |s: Seen| seen.iter().filter(|x| **x == s).count() as u64;
     let stats = proxy.stats();
     assert_eq!(stats.requests, n, "{stats:?}");
@@ -224,23 +252,16 @@ fn the_fault_proxy_injects_each_fault_at_about_its_rate() {
         stats.reset_before > 0 && stats.reset_mid_body > 0,
         "{stats:?}"
     );
-    // Each count within 4 standard deviations of its binomial mean.
-    for (name, got, p) in [
-        ("fail", stats.fail, rates.fail),
-        ("reset", stats.reset, rates.reset),
-        ("stall", stats.stall, rates.stall),
-        ("lose_response", stats.lose_response, rates.lose_response),
-    ] {
-        let (mean, sd) = (n as f64 * p, (n as f64 * p * (1.0 - p)).sqrt());
-        assert!(
-            (got as f64 - mean).abs() <= 4.0 * sd,
-            "{name}: {got} of {n} at rate {p}: {stats:?}"
-        );
-    }
-    proxy.set_rates(FaultRates::default());
-    proxy.reset_stats();
-    assert_eq!(proxy.client().get(&bucket, "k"), data);
-    assert_eq!(proxy.stats().requests, 1);
+    assert_near_rate("fail", stats.fail, n, rates.fail, &stats);
+    assert_near_rate("reset", stats.reset, n, rates.reset, &stats);
+    assert_near_rate("stall", stats.stall, n, rates.stall, &stats);
+    assert_near_rate(
+        "lose_response",
+        stats.lose_response,
+        n,
+        rates.lose_response,
+        &stats,
+    );
 }
 
 #[test]

@@ -713,9 +713,9 @@ impl S3Client {
                 xml_elements(&xml, "Contents")
                     .into_iter()
                     .map(|c| S3Object {
-                        key: xml_unescape(&xml_elements(c, "Key")[0]),
+                        key: xml_unescape(xml_elements(c, "Key")[0]),
                         size: xml_elements(c, "Size")[0].parse().expect("a Size"),
-                        etag: xml_unescape(&xml_elements(c, "ETag")[0]),
+                        etag: xml_unescape(xml_elements(c, "ETag")[0]),
                     }),
             );
             match xml_elements(&xml, "IsTruncated").first() {
