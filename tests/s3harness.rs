@@ -3,7 +3,8 @@
 //! forwards byte for byte (every body framing an SDK sends) and injects
 //! each fault at about its rate; the request signing matches AWS's
 //! published example; a server that cannot start says why; a dropped
-//! server is gone.
+//! server is gone, and so is the shared one of a test process killed with
+//! SIGKILL.
 
 use std::time::{Duration, Instant};
 
@@ -175,13 +176,7 @@ enum Seen {
 
 /// GETs `/{bucket}/k` (holding `data`) `n` times through `proxy`, one
 /// connection each, and says what each call saw.
-fn get_through(
-    proxy: &FaultProxy,
-    bucket: &str,
-    data: &[u8],
-    n: u64,
-    slow: Duration,
-) -> Vec<Seen> {
+fn get_through(proxy: &FaultProxy, bucket: &str, data: &[u8], n: u64, slow: Duration) -> Vec<Seen> {
     let path = format!("/{bucket}/k");
     (0..n)
         .map(|_| {
@@ -356,15 +351,64 @@ fn a_dropped_server_is_gone() {
     let server = S3Server::start();
     let bucket = server.unique_bucket("harness-drop");
     server.put(&bucket, "k", b"v");
-    let (pid, endpoint) = (server.pid(), server.endpoint().to_string());
+    let pid = server.pid();
     drop(server);
+    assert!(!alive(pid), "moto (pid {pid}) outlived its S3Server");
+}
+
+fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only asks whether the process exists.
-    let alive = unsafe { libc::kill(pid as i32, 0) } == 0;
-    assert!(!alive, "moto (pid {pid}) outlived its S3Server");
-    let port = endpoint.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-    assert!(S3Client::new(port)
-        .request("GET", "/", &[], &[], b"")
-        .is_err());
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Set in the child test process of the kill -9 test below.
+const HOLD_SERVER: &str = "SEGPREDICT_TEST_HOLD_S3_SERVER";
+
+#[test]
+#[ignore = "the child half of a_test_process_killed_with_sigkill_leaves_no_server; runs only under it"]
+fn holds_a_shared_server_until_killed() {
+    assert!(
+        std::env::var_os(HOLD_SERVER).is_some(),
+        "run by its parent test only"
+    );
+    let server = S3Server::shared();
+    println!("moto pid {}", server.pid());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn a_test_process_killed_with_sigkill_leaves_no_server() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "s3harness::holds_a_shared_server_until_killed"])
+        .args(["--ignored", "--nocapture", "--test-threads=1"])
+        .env(HOLD_SERVER, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting this test binary again");
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let pid: u32 = stdout
+        .lines()
+        .map_while(Result::ok)
+        // libtest writes the test's name on the same line before its output.
+        .find_map(|l| {
+            l.split_once("moto pid ")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child's moto pid");
+    assert!(alive(pid));
+    child.kill().unwrap(); // SIGKILL: no Drop runs in the child
+    child.wait().unwrap();
+    // PR_SET_PDEATHSIG delivers the server's SIGKILL; its parent is gone, so
+    // init reaps it: wait for that, within 10 s.
+    let started = Instant::now();
+    while alive(pid) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !alive(pid),
+        "moto (pid {pid}) outlived the test process killed with SIGKILL"
+    );
 }
 
 #[test]
