@@ -252,7 +252,8 @@ def markdown(r: dict) -> str:
     lines = [
         "# segpredict reading from a local S3 server against local disk (CPU)", "",
         f"{r['rows']:,} rows ({r['times']}x the sample, {r['row_groups']} row groups, {r['input_bytes'] / 1e6:.1f} MB zstd), "
-        f"{m['cores']} cores, {m['date_utc']} UTC, `benches/cpu/s3.py` (moto {r['moto']} on loopback, uploaded in {r['upload_s']:.2f} s).", "",
+        f"{m['cores']} cores, {m['date_utc']} UTC, load average {m['load_at_start']:.1f} at the start and {m['load_at_end']:.1f} at the end, "
+        f"`benches/cpu/s3.py` (moto {r['moto']} on loopback, uploaded in {r['upload_s']:.2f} s).", "",
     ]
     if "summary" in r:
         loads = [x for rs in r["runs"].values() for run in rs for x in run["load"]]
@@ -311,7 +312,8 @@ def main() -> None:
             t0 = time.perf_counter()
             s3.upload_file(str(big), BUCKET, PREFIX + big.name)
             result = {"machine": {"cores": os.cpu_count(), "platform": platform.platform(),
-                                  "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())},
+                                  "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                                  "load_at_start": os.getloadavg()[0]},
                       "rows": rows, "times": args.times, "rounds": args.rounds, "row_groups": len(groups),
                       "input_bytes": big.stat().st_size, "upload_s": time.perf_counter() - t0, "moto": version("moto")}
             result["server_limit"] = [server_limit(moto.endpoint, PREFIX + big.name, groups, c) for c in args.concurrency]
@@ -321,6 +323,7 @@ def main() -> None:
                 result.update(compare_runs(args, tmp, big, moto, groups, footer_start))
         finally:
             moto.stop()
+    result["machine"]["load_at_end"] = os.getloadavg()[0]
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "s3-server-only" if args.server_only else "s3"
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))

@@ -7,11 +7,12 @@
 //! ```ignore
 //! let server = S3Server::shared();          // one per test process
 //! let bucket = server.unique_bucket("resume"); // created, empty, this test's own
-//! server.put(&bucket, "in/sample.parquet", &std::fs::read(sample()).unwrap());
+//! server.client().upload(&bucket, "in/sample.parquet", &sample());
 //! let mut run = Command::new(bin());
 //! server.configure(&mut run);                // AWS_ENDPOINT_URL, keys, region, ...
 //! // ... run.args(["run", file, "--input", &format!("s3://{bucket}/in/"), ...])
 //! let keys = server.list(&bucket, "out/");
+//! server.client().download(&bucket, "out/", &dir); // then read_output(&dir)
 //! let proxy = FaultProxy::in_front_of(server, FaultRates { fail: 0.1, ..FaultRates::default() });
 //! proxy.configure(&mut run);                 // the same, through the proxy
 //! ```
@@ -283,7 +284,7 @@ impl S3Server {
     /// Sets [`S3Server::env`] on `command` and removes what could point
     /// it elsewhere (a profile, a session token, a proxy).
     pub fn configure<'a>(&self, command: &'a mut Command) -> &'a mut Command {
-        configure(command, self.endpoint())
+        configure_s3(command, self.endpoint())
     }
 
     /// A new empty bucket named after `hint`, unique in this process.
@@ -353,14 +354,16 @@ const FOREIGN_AWS_VARS: [&str; 7] = [
     "AWS_CONTAINER_CREDENTIALS_FULL_URI",
 ];
 
-pub fn configure<'a>(command: &'a mut Command, endpoint: &str) -> &'a mut Command {
+/// Points `command` at the S3 endpoint `endpoint` ([`s3_env`]), with none
+/// of the developer's own AWS set-up or proxies left to redirect it.
+pub fn configure_s3<'a>(command: &'a mut Command, endpoint: &str) -> &'a mut Command {
     for var in FOREIGN_AWS_VARS {
         command.env_remove(var);
     }
-    command
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .envs(s3_env(endpoint))
+    for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        command.env_remove(var);
+    }
+    command.envs(s3_env(endpoint))
 }
 
 /// Fault rates for [`FaultProxy`]: each a share of requests (together at
@@ -474,7 +477,7 @@ impl FaultProxy {
     }
 
     pub fn configure<'a>(&self, command: &'a mut Command) -> &'a mut Command {
-        configure(command, self.endpoint())
+        configure_s3(command, self.endpoint())
     }
 
     fn control_url(&self, what: &str) -> String {
