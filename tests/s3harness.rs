@@ -217,7 +217,7 @@ fn the_fault_proxy_injects_each_fault_at_about_its_rate() {
         stall: 0.05,
         lose_response: 0.05,
         stall_seconds: 0.4,
-        latency_seconds: 0.0,
+        ..FaultRates::default()
     };
     let proxy = FaultProxy::start_seeded(server.port(), rates, 11);
     let (n, slow) = (200, Duration::from_secs_f64(rates.stall_seconds));
@@ -327,6 +327,38 @@ fn a_stall_or_latency_answers_late_and_a_reset_before_forwarding_stores_nothing(
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn faults_kept_to_some_methods_or_paths_spare_the_rest() {
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("harness-targets");
+    server.put(&bucket, "part-0.parquet", b"rows");
+    let puts_only = FaultRates {
+        fail: 1.0,
+        methods: "PUT,POST",
+        ..FaultRates::default()
+    };
+    let proxy = FaultProxy::in_front_of(server, puts_only);
+    let client = proxy.client();
+    assert_eq!(client.get(&bucket, "part-0.parquet"), b"rows");
+    let put = |key: &str| {
+        let path = format!("/{bucket}/{key}");
+        client.request("PUT", &path, &[], &[], b"x").unwrap().status
+    };
+    assert_eq!(put("part-1.parquet"), 503);
+    proxy.set_rates(FaultRates {
+        fail: 1.0,
+        path_contains: "_SUCCESS",
+        ..FaultRates::default()
+    });
+    assert_eq!(put("part-1.parquet"), 200);
+    assert_eq!(put("_SUCCESS"), 503);
+    assert_eq!(
+        server.list(&bucket, ""),
+        ["part-0.parquet", "part-1.parquet"]
+    );
+    assert_eq!(proxy.stats().fail, 2);
 }
 
 #[test]

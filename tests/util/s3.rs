@@ -382,6 +382,10 @@ pub struct FaultRates {
     pub stall_seconds: f64,
     /// A delay before every forwarded request: a network's round trip.
     pub latency_seconds: f64,
+    /// Faults only for these methods, comma-separated ("PUT,POST"); "": all.
+    pub methods: &'static str,
+    /// Faults only for paths containing this ("_SUCCESS", "uploadId="); "": all.
+    pub path_contains: &'static str,
 }
 
 impl Default for FaultRates {
@@ -393,6 +397,8 @@ impl Default for FaultRates {
             lose_response: 0.0,
             stall_seconds: 2.0,
             latency_seconds: 0.0,
+            methods: "",
+            path_contains: "",
         }
     }
 }
@@ -443,6 +449,8 @@ impl FaultProxy {
             .arg(format!("--lose-response={}", rates.lose_response))
             .arg(format!("--stall-seconds={}", rates.stall_seconds))
             .arg(format!("--latency-seconds={}", rates.latency_seconds))
+            .arg(format!("--methods={}", rates.methods))
+            .arg(format!("--path-contains={}", rates.path_contains))
             .arg(format!("--seed={seed}"));
         let process = LoopbackChild::spawn("the fault proxy", command, bare_port);
         let client = S3Client::new(process.port);

@@ -18,9 +18,10 @@ untouched). For a share of requests it injects a fault instead:
                  before any response: the case where a retried conditional
                  put meets its own earlier write
 
-and --latency-seconds delays every forwarded request, as a real network's
-round trip would (the reader's range-request concurrency is measured
-against it).
+--methods and --path-contains keep the faults to some requests (only PUTs,
+only `_SUCCESS`); --latency-seconds delays every forwarded request, as a
+real network's round trip would (the reader's range-request concurrency is
+measured against it).
 
 Each request draws once from a seeded generator, so a given seed and the
 same request order give the same faults. Control endpoints (never faulted,
@@ -29,12 +30,13 @@ never counted):
   GET  /__proxy/stats         counts of requests, forwards and each fault
   POST /__proxy/stats/reset   zero the counts
   GET  /__proxy/config        the rates in force
-  POST /__proxy/config        JSON {"fail": 0.1, ...}: change some rates
+  POST /__proxy/config        JSON {"fail": 0.1, "methods": "PUT", ...}: change some
 
 Usage:
   python tools/s3/fault_proxy.py --target 127.0.0.1:PORT [--listen-port 0]
       [--fail F] [--reset F] [--stall F] [--lose-response F]
-      [--stall-seconds S] [--latency-seconds S] [--seed N] [--log FILE]
+      [--stall-seconds S] [--latency-seconds S] [--methods PUT,POST]
+      [--path-contains TEXT] [--seed N] [--log FILE]
 
 The first line on stdout is the port it listens on (useful with
 --listen-port 0). --log writes one JSON line per request (method, path,
@@ -55,6 +57,9 @@ import time
 from collections import Counter
 
 FAULTS = ("fail", "reset", "stall", "lose_response")
+# Which requests may meet a fault: methods (comma-separated, empty: all) and
+# a substring of the path ("_SUCCESS", "uploadId=").
+TARGETS = ("methods", "path_contains")
 MAX_HEAD = 64 * 1024
 UPSTREAM_TIMEOUT_S = 300
 
@@ -69,13 +74,17 @@ class ProxyState:
         self.counts: Counter = Counter()
         self.log = open(log_path, "a", encoding="utf-8") if log_path else None
 
-    def draw(self) -> tuple[str | None, float, bool]:
+    def draw(self, method: str, path: str) -> tuple[str | None, float, bool]:
         """The fault for the next request (or None), the stall time, and a
-        coin for a GET's reset: before the response or mid-body."""
+        coin for a GET's reset: before the response or mid-body. Every
+        request draws, targeted or not, so the sequence stays the seed's."""
         with self.lock:
             u = self.rng.random()
             mid_body = self.rng.random() < 0.5
             stall_s = self.rates["stall_seconds"]
+            methods = [m for m in self.rates["methods"].upper().split(",") if m]
+            if (methods and method not in methods) or self.rates["path_contains"] not in path:
+                return None, stall_s, mid_body
             edge = 0.0
             for name in FAULTS:
                 edge += self.rates[name]
@@ -111,7 +120,7 @@ class ProxyState:
                 key = key.replace("-", "_")
                 if key not in self.rates:
                     raise ValueError(f"unknown setting {key!r}; known: {sorted(self.rates)}")
-                self.rates[key] = float(value)
+                self.rates[key] = str(value) if key in TARGETS else float(value)
             if sum(self.rates[f] for f in FAULTS) > 1.0:
                 raise ValueError(f"fault rates add up to more than 1: {self.rates}")
             return dict(self.rates)
@@ -254,7 +263,7 @@ class Exchange:
         """Serves the exchange; False when the client connection must end."""
         expect = self.head.header("expect").lower() == "100-continue"
         body = b"" if expect else read_body(self.rfile, self.head, until_close=False)
-        fault, stall_s, mid_body = self.state.draw()
+        fault, stall_s, mid_body = self.state.draw(self.method, self.head.start[1])
         self.state.count(requests=1)
         self.entry["fault"] = fault
         if fault == "fail":
@@ -368,6 +377,8 @@ def main() -> None:
     p.add_argument("--stall", type=float, default=0.0, help="share of responses dribbled over --stall-seconds")
     p.add_argument("--lose-response", type=float, default=0.0, help="share forwarded, then reset before the response")
     p.add_argument("--stall-seconds", type=float, default=2.0)
+    p.add_argument("--methods", default="", help="faults only for these methods (comma-separated; default: all)")
+    p.add_argument("--path-contains", default="", help="faults only for paths containing this")
     p.add_argument("--latency-seconds", type=float, default=0.0, help="delay before forwarding each request")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log", help="append one JSON line per request to this file")
@@ -375,8 +386,8 @@ def main() -> None:
     host, _, port = a.target.rpartition(":")
     target = (host or "127.0.0.1", int(port))
     rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "stall_seconds": a.stall_seconds,
-             "latency_seconds": a.latency_seconds}
-    state = ProxyState({k: 0.0 for k in rates}, a.seed, a.log)
+             "latency_seconds": a.latency_seconds, "methods": a.methods, "path_contains": a.path_contains}
+    state = ProxyState({k: ("" if k in TARGETS else 0.0) for k in rates}, a.seed, a.log)
     try:
         state.configure(rates)
     except ValueError as e:
