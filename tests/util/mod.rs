@@ -22,6 +22,9 @@ use tempfile::TempDir;
 mod interrupt;
 pub use interrupt::*;
 
+mod s3;
+pub use s3::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {
