@@ -64,6 +64,33 @@ impl BucketStore {
     }
 }
 
+/// Tries of an operation that object_store gave up on early: it does not
+/// retry a request that is not idempotent (a conditional put) once sent,
+/// and a reset connection then ends it after one retry.
+const TRIES: usize = 4;
+
+/// Runs `operation` until it succeeds, fails for good, or [`TRIES`] ran out,
+/// with a growing pause between tries.
+fn retried<T>(mut operation: impl FnMut() -> object_store::Result<T>) -> object_store::Result<T> {
+    let mut pause = Duration::from_millis(100);
+    for _ in 1..TRIES {
+        match operation() {
+            Err(e) if is_transient(&e) => {
+                tracing::debug!(error = %e, "object store request failed; trying again");
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    operation()
+}
+
+/// A failure of the network or the server, not an answer about the object.
+fn is_transient(error: &object_store::Error) -> bool {
+    matches!(error, object_store::Error::Generic { .. })
+}
+
 /// object_store's error as the io error [`StoreError`] carries, with a kind
 /// that says whether retrying can help (see [`StoreError::is_permanent`]).
 fn io_error(error: object_store::Error) -> std::io::Error {
@@ -95,18 +122,23 @@ impl Store for BucketStore {
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
-        block_on(self.url.store().put(&self.key(key), payload))
+        retried(|| block_on(self.url.store().put(&self.key(key), payload.clone())))
             .map(drop)
             .map_err(self.error("writing", key))
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
         let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
-        let create = PutOptions::from(PutMode::Create);
-        match block_on(self.url.store().put_opts(&self.key(key), payload, create)) {
+        let create = || PutOptions::from(PutMode::Create);
+        let put = || block_on(self.url.store().put_opts(&self.key(key), payload.clone(), create()));
+        match retried(put) {
             Ok(_) => Ok(true),
+            // Ours all the same when a retry found what the first try wrote
+            // (its answer lost on the way back): the same bytes.
             Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::Precondition { .. }) => Ok(false),
+            | Err(object_store::Error::Precondition { .. }) => {
+                Ok(self.get(key)?.is_some_and(|there| there == bytes))
+            }
             Err(object_store::Error::NotImplemented { .. }) => self.look_then_put(key, bytes),
             Err(e) => Err(self.error("writing", key)(e)),
         }
@@ -115,7 +147,7 @@ impl Store for BucketStore {
     fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
         let store = self.url.store();
         let path = self.key(key);
-        let got = block_on(async move { store.get(&path).await?.bytes().await });
+        let got = retried(|| block_on(async { store.get(&path).await?.bytes().await }));
         match got {
             Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -126,9 +158,11 @@ impl Store for BucketStore {
     fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         // object_store lists below whole `/`-separated parts.
         let (folder, _) = prefix.rsplit_once('/').unwrap_or(("", prefix));
-        let listing = self.url.store().list(Some(&self.key(folder)));
-        let objects: Vec<_> =
-            block_on(listing.try_collect()).map_err(self.error("listing", folder))?;
+        let list = || {
+            let listing = self.url.store().list(Some(&self.key(folder)));
+            block_on(listing.try_collect::<Vec<_>>())
+        };
+        let objects = retried(list).map_err(self.error("listing", folder))?;
         let mut keys: Vec<String> = objects
             .iter()
             .filter_map(|o| self.url.relative(o.location.as_ref()).map(str::to_string))
@@ -139,7 +173,7 @@ impl Store for BucketStore {
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        match block_on(self.url.store().delete(&self.key(key))) {
+        match retried(|| block_on(self.url.store().delete(&self.key(key)))) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error("removing", key)(e)),
         }
@@ -171,9 +205,9 @@ impl Store for BucketStore {
         for _ in 0..5 {
             let lease = Lease::new(holder, self.lease);
             let body = PutPayload::from(lease.to_bytes());
-            let create = PutOptions::from(PutMode::Create);
+            let create = || PutOptions::from(PutMode::Create);
             let path = self.key(key);
-            match block_on(self.url.store().put_opts(&path, body, create)) {
+            match retried(|| block_on(self.url.store().put_opts(&path, body.clone(), create()))) {
                 Ok(put) => return Ok(Ok(self.hold(key, holder, UpdateVersion::from(put)))),
                 Err(object_store::Error::AlreadyExists { .. })
                 | Err(object_store::Error::Precondition { .. }) => {}
@@ -182,6 +216,10 @@ impl Store for BucketStore {
             let Some((held, version)) = self.current_lease(key)? else {
                 continue; // freed meanwhile
             };
+            if held.is_ours(holder) {
+                // Our own create, whose answer was lost: a retry found it.
+                return Ok(Ok(self.hold(key, holder, version)));
+            }
             if held.is_alive() {
                 return Ok(Err(Holder(held.holder)));
             }
@@ -300,6 +338,11 @@ impl Lease {
 
     fn to_bytes(&self) -> Bytes {
         Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Written by this process for `holder`.
+    fn is_ours(&self, holder: &Holder) -> bool {
+        self.pid == std::process::id() && self.host == this_host() && self.holder == holder.0
     }
 
     /// Not expired, and not held by a process of this host that is gone
