@@ -36,6 +36,7 @@ mod errors;
 mod faults;
 mod gpu;
 mod inputs;
+mod objects;
 mod ops;
 mod ownership;
 mod recovery;
