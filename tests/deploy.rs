@@ -417,7 +417,6 @@ fn a_credential_written_into_a_manifest_is_refused() {
 }
 
 #[test]
-#[ignore = "needs `--input`/`--output s3://` (issue 24's storage crate): remove once it lands"]
 fn the_bucket_jobs_pods_predict_every_row_once_into_the_bucket() {
     let dir = tmp();
     let input = rowgroups_input(dir.path(), 300, 25);
