@@ -29,12 +29,20 @@ build: setup
 run: build
     ./target/release/segpredict run pipelines/sample.toml
 
-# What the tests need beyond the venv: the Pushgateway the metrics test
-# pushes to (Debian's prometheus-pushgateway). `just test` runs this itself;
-# it installs only when the binary is missing (root, or sudo).
-test-deps:
+# What the tests need beyond the venv's tools: the Pushgateway the metrics
+# test pushes to (Debian's prometheus-pushgateway; installed only when the
+# binary is missing, as root or with sudo), and tools/requirements-test.txt
+# (moto's S3 server for the object-storage tests) into the venv, stamped like
+# `setup`. `just test` runs this itself.
+test-deps: setup
     #!/usr/bin/env bash
     set -euo pipefail
+    stamp="{{venv}}/.segpredict-test-deps"
+    want="$(sha256sum tools/requirements-test.txt | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "{{python}}" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
+        echo "$want" > "$stamp"
+    fi
     if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
     sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     echo "installing prometheus-pushgateway (Debian) for the metrics test" >&2
@@ -125,6 +133,16 @@ bench-images: build
     cargo build --release --workspace --examples
     {{python}} -m pip install --quiet --disable-pip-version-check --no-deps --target target/bench-python torchvision==0.26.0
     {{python}} benches/images/compare.py
+
+# Arguments go to the script, e.g. `just bench-s3 --server-only` or `--rounds 3`.
+# segpredict reading from a local S3 server (moto) against local disk, and the server's limit (benches/cpu/results/s3.md).
+bench-s3 *args: build test-deps
+    {{python}} benches/cpu/s3.py {{args}}
+
+# Credentials: any; with AWS_ENDPOINT_URL=http://127.0.0.1:PORT and AWS_ALLOW_HTTP=true.
+# moto's S3 server on loopback, for trying s3:// by hand.
+s3-server port="9000": test-deps
+    {{python}} -m moto.server -H 127.0.0.1 -p {{port}}
 
 # The gap to the model's own ceiling, on a GPU machine with models/digits-seed.pt (benches/gpu/RESULTS.md).
 bench-gpu-gap: build

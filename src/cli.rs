@@ -345,7 +345,10 @@ fn classify(error: &anyhow::Error) -> Failure {
             return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<ReaderError>() {
-            return !matches!(e, ReaderError::Io { .. });
+            return e.is_permanent();
+        }
+        if let Some(e) = cause.downcast_ref::<segpredict_storage::StorageError>() {
+            return e.is_permanent();
         }
         if let Some(e) = cause.downcast_ref::<WorkerError>() {
             return e.is_permanent();

@@ -25,6 +25,10 @@ pub struct PipelineConfig {
     pub model: ModelConfig,
     /// `[writers]`: where predictions go.
     pub writers: WriterConfig,
+    /// `[storage]`: how object storage (`s3://`, `gs://`, `az://`) is
+    /// reached; unused for local paths.
+    #[serde(default)]
+    pub storage: StorageConfig,
     /// `max_segments = "auto"` in `[bucketing]`: the budget is calibrated on
     /// the device against `gpu_memory` before the run.
     #[serde(skip)]
@@ -79,6 +83,62 @@ fn one_line(line: &Option<usize>, error: &toml::de::Error) -> String {
     }
 }
 
+/// `[storage]`: retries and the shard lock's lease in object storage.
+/// Credentials, regions and endpoints come from the environment (`AWS_*`,
+/// `GOOGLE_*`, `AZURE_*`), never from the pipeline file.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Retries of one failed request (5xx, 429, a reset, a timeout), with
+    /// exponential backoff. Default 10.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: usize,
+    /// No retry starts later than this many seconds after the first try.
+    /// Default 180.
+    #[serde(default = "default_retry_timeout_s")]
+    pub retry_timeout_s: f64,
+    /// Seconds a shard's lock outlives its holder's last heartbeat: after a
+    /// kill -9 on another machine the rerun waits at most this long (on the
+    /// same machine, not at all). Default 60.
+    #[serde(default = "default_lock_lease_s")]
+    pub lock_lease_s: f64,
+}
+
+fn default_max_retries() -> usize {
+    10
+}
+
+fn default_retry_timeout_s() -> f64 {
+    180.0
+}
+
+fn default_lock_lease_s() -> f64 {
+    60.0
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            max_retries: default_max_retries(),
+            retry_timeout_s: default_retry_timeout_s(),
+            lock_lease_s: default_lock_lease_s(),
+        }
+    }
+}
+
+impl StorageConfig {
+    /// Makes these the settings of every object-store client the process
+    /// builds (before the first is built).
+    pub fn apply(&self) {
+        let seconds = |s: f64| std::time::Duration::from_secs_f64(s.clamp(0.1, 86_400.0));
+        segpredict_storage::configure(segpredict_storage::StorageSettings {
+            max_retries: self.max_retries,
+            retry_timeout: seconds(self.retry_timeout_s),
+            lock_lease: seconds(self.lock_lease_s),
+        });
+    }
+}
+
 /// Values given on the command line; each replaces the file's value.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -103,6 +163,7 @@ impl PipelineConfig {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
+        config.storage.apply();
         Ok(config)
     }
 
@@ -125,7 +186,8 @@ impl PipelineConfig {
 
     fn resolve_paths(&mut self, base: &Path) {
         let resolve = |p: &mut PathBuf| {
-            if p.is_relative() {
+            // A URL (`s3://`, `file://`) is not relative to anything.
+            if p.is_relative() && !p.to_string_lossy().contains("://") {
                 *p = lexically_normal(&base.join(&*p));
             }
         };

@@ -323,6 +323,7 @@ fn live_metrics(
     for (name, help, value) in live_values(&done, rows_in, elapsed) {
         metrics.set(name, help, value)?;
     }
+    store_metrics(&metrics, Some(segpredict_storage::requests()))?;
     if stage != Stage::Running {
         let success = stage == Stage::NothingToDo;
         metrics.set(
@@ -426,6 +427,27 @@ fn live_values(
         .collect()
 }
 
+/// Object storage's requests, when the run made any: a flaky network shows
+/// as failures (each retried) before it shows as a failed run.
+fn store_metrics(
+    metrics: &Metrics,
+    requests: Option<segpredict_core::requests::StoreRequests>,
+) -> Result<(), prometheus::Error> {
+    let Some(r) = requests.filter(|r| r.requests > 0) else {
+        return Ok(());
+    };
+    let values = [
+        ("segpredict_store_requests_total", "HTTP requests to object storage, retries included.", r.requests),
+        ("segpredict_store_request_failures_total", "Requests to object storage that failed (5xx, 429, reset, timeout, cut-short body); each was retried unless retries ran out.", r.failed),
+        ("segpredict_store_read_bytes_total", "Bytes received from object storage.", r.bytes_read),
+        ("segpredict_store_written_bytes_total", "Bytes sent to object storage.", r.bytes_written),
+    ];
+    for (name, help, value) in values {
+        metrics.set(name, help, value as f64)?;
+    }
+    Ok(())
+}
+
 /// A metric read from a completed run's report; `None` leaves it out (no
 /// device memory on CPU, no budget for the `rows` strategy).
 type FromReport = fn(&RunReport) -> Option<f64>;
@@ -522,6 +544,7 @@ fn final_metrics(
             metrics.set(name, help, value)?;
         }
     }
+    store_metrics(&metrics, report.store_requests)?;
     let busy = &report.busy_s;
     metrics.set_labelled(
         "segpredict_stage_busy_seconds_total",

@@ -194,6 +194,7 @@ fn finish_run(
     let facts = RunFacts {
         final_max_segments: Some(ran.final_budget).filter(|&b| b != usize::MAX),
         wall_s: started.elapsed().as_secs_f64(),
+        store_requests: Some(segpredict_storage::requests()).filter(|r| r.requests > 0),
         ..ran.facts
     };
     let report = Box::new(finish_shard(attempt, ran.stages, facts)?);

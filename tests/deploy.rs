@@ -2,7 +2,9 @@
 //! Kubernetes API schemas (offline, `kubernetes-validate`), saying what the
 //! README says they say (Indexed, one GPU a pod, exit codes 2 and 3 fail an
 //! index at once), and their pods' commands, run here exactly as Kubernetes
-//! would run them, produce one complete output.
+//! would run them, produce one complete output. The bucket variant
+//! (`job-s3.yaml`) is the same Job reading and writing `s3://`, its
+//! credentials from a Secret only; its pods run against moto's S3 server.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -74,8 +76,8 @@ fn shards_in_command(container: &Value) -> u64 {
 
 #[test]
 fn manifests_validate_and_fail_an_index_only_on_permanent_exit_codes() {
-    let resources = resources(&["job.yaml", "cronjob.yaml"]);
-    assert_eq!(resources.len(), 2);
+    let resources = resources(&["job.yaml", "cronjob.yaml", "job-s3.yaml"]);
+    assert_eq!(resources.len(), 3);
     for resource in &resources {
         let name = resource["metadata"]["name"].as_str().unwrap();
         let spec = job_spec(resource);
@@ -174,15 +176,26 @@ fn expand(word: &str, env: &BTreeMap<String, String>) -> String {
 fn pod_env(
     container: &Value,
     mounts: &BTreeMap<&str, String>,
+    secrets: &BTreeMap<&str, String>,
     index: u64,
     job_name: &str,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for var in container["env"].as_array().unwrap() {
         let name = var["name"].as_str().unwrap().to_string();
+        let secret = &var["valueFrom"]["secretKeyRef"];
         let value = match (mounts.get(name.as_str()), var["value"].as_str()) {
             (Some(mounted), _) => mounted.clone(),
             (None, Some(value)) => value.to_string(),
+            (None, None) if secret.is_object() => {
+                let key = secret["key"].as_str().unwrap();
+                match secrets.get(key) {
+                    Some(value) => value.clone(),
+                    // Kubernetes leaves an optional key that is absent unset.
+                    None if secret["optional"] == true => continue,
+                    None => panic!("{name}: the Secret has no key {key}"),
+                }
+            }
             // The downward API: the only one the manifests use is the job name.
             (None, None) => job_name.to_string(),
         };
@@ -195,13 +208,18 @@ fn pod_env(
 
 /// Starts every pod of the Job at once, as `parallelism = completions`
 /// does, each with its command, arguments and environment.
-fn run_pods(spec: &Value, mounts: &BTreeMap<&str, String>, job_name: &str) -> Vec<RunResult> {
+fn run_pods(
+    spec: &Value,
+    mounts: &BTreeMap<&str, String>,
+    secrets: &BTreeMap<&str, String>,
+    job_name: &str,
+) -> Vec<RunResult> {
     let c = container(spec);
     let n = spec["completions"].as_u64().unwrap();
     let bin_dir = Path::new(bin()).parent().unwrap().to_path_buf();
     let children: Vec<_> = (0..n)
         .map(|index| {
-            let env = pod_env(c, mounts, index, job_name);
+            let env = pod_env(c, mounts, secrets, index, job_name);
             let words: Vec<String> = c["command"]
                 .as_array()
                 .unwrap()
@@ -215,7 +233,14 @@ fn run_pods(spec: &Value, mounts: &BTreeMap<&str, String>, job_name: &str) -> Ve
                 std::env::var("PATH").unwrap_or_default()
             );
             let mut command = Command::new(&words[0]);
-            command.args(&words[1..]).envs(&env).env("PATH", path);
+            // The tests' pods reach only loopback (the S3 server): never
+            // through a proxy the environment may name.
+            command
+                .args(&words[1..])
+                .envs(&env)
+                .env("PATH", path)
+                .env("NO_PROXY", "127.0.0.1,localhost")
+                .env("no_proxy", "127.0.0.1,localhost");
             quiet_env(&mut command)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -260,7 +285,12 @@ fn the_indexed_jobs_pods_predict_every_row_once_and_commit() {
         ("INPUT", input.display().to_string()),
         ("OUTPUT", out.display().to_string()),
     ]);
-    for pod in run_pods(job_spec(resource), &mounts, "segpredict-night") {
+    for pod in run_pods(
+        job_spec(resource),
+        &mounts,
+        &BTreeMap::new(),
+        "segpredict-night",
+    ) {
         pod.expect_code(0);
     }
     assert!(out.join("_SUCCESS").is_file());
@@ -294,7 +324,7 @@ fn the_cronjobs_pods_predict_the_scheduled_night() {
         ("OUTPUT_ROOT", predictions.display().to_string()),
     ]);
     let job_name = format!("segpredict-nightly-{minutes}");
-    for pod in run_pods(job_spec(resource), &mounts, &job_name) {
+    for pod in run_pods(job_spec(resource), &mounts, &BTreeMap::new(), &job_name) {
         pod.expect_code(0);
     }
     let out = predictions.join(&night);
@@ -305,4 +335,120 @@ fn the_cronjobs_pods_predict_the_scheduled_night() {
     );
     let output = read_output(&out);
     assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
+}
+
+/// The container's `env` entry named `name`.
+fn env_var<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no env var {name}"))
+}
+
+#[test]
+fn the_bucket_job_is_the_indexed_job_on_s3_with_credentials_from_a_secret_only() {
+    let both = resources(&["job.yaml", "job-s3.yaml"]);
+    let [on_disk, on_s3] = &both[..] else {
+        panic!("two resources")
+    };
+    let (disk, s3) = (container(job_spec(on_disk)), container(job_spec(on_s3)));
+    // The same shard plumbing: the same command and arguments (the index
+    // is JOB_COMPLETION_INDEX, set by Kubernetes for an Indexed Job).
+    assert_eq!(disk["command"], s3["command"]);
+    assert_eq!(disk["args"], s3["args"]);
+    for name in ["INPUT", "OUTPUT"] {
+        let value = env_var(s3, name)["value"].as_str().unwrap();
+        assert!(value.starts_with("s3://"), "{name} = {value}");
+    }
+    for (name, optional) in [
+        ("AWS_ACCESS_KEY_ID", false),
+        ("AWS_SECRET_ACCESS_KEY", false),
+        ("AWS_REGION", false),
+        ("AWS_ENDPOINT_URL", true),
+        ("AWS_ALLOW_HTTP", true),
+    ] {
+        let secret = &env_var(s3, name)["valueFrom"]["secretKeyRef"];
+        assert_eq!(secret["name"], "segpredict-s3", "{name}");
+        assert_eq!(secret["key"], name);
+        assert_eq!(secret["optional"] == true, optional, "{name}: {secret}");
+    }
+    let words = format!("{} {}", s3["command"], s3["args"]);
+    assert!(
+        !words.contains("AWS_") && !words.contains("secret"),
+        "{words}"
+    );
+    // No data volume: only the pipeline's ConfigMap and /tmp.
+    let volumes = on_s3["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let kinds: Vec<&str> = volumes
+        .iter()
+        .flat_map(|v| v.as_object().unwrap().keys())
+        .filter(|k| *k != "name")
+        .map(String::as_str)
+        .collect();
+    assert_eq!(kinds, ["configMap", "emptyDir"]);
+    let mounts: Vec<&Value> = s3["volumeMounts"].as_array().unwrap().iter().collect();
+    assert_eq!(mounts.len(), 2, "{mounts:?}");
+}
+
+#[test]
+fn a_credential_written_into_a_manifest_is_refused() {
+    let dir = tmp();
+    let text = std::fs::read_to_string(manifest("job-s3.yaml")).unwrap();
+    let from_secret =
+        "valueFrom: { secretKeyRef: { name: segpredict-s3, key: AWS_SECRET_ACCESS_KEY } }";
+    assert!(text.contains(from_secret));
+    let bad = dir.path().join("job-s3.yaml");
+    std::fs::write(&bad, text.replace(from_secret, "value: not-a-real-secret")).unwrap();
+    let output = Command::new(python())
+        .arg(repo().join("tests/deploy.py"))
+        .arg(&bad)
+        .output()
+        .expect("running tests/deploy.py");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("AWS_SECRET_ACCESS_KEY as a literal value"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_bucket_jobs_pods_predict_every_row_once_into_the_bucket() {
+    let dir = tmp();
+    let input = rowgroups_input(dir.path(), 300, 25);
+    let ids = ids_of(&read_input(&input));
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("deploy-job-s3");
+    server
+        .client()
+        .upload(&bucket, "incoming/night/in.parquet", &input);
+    let pipeline = Pipeline::new(&input, dir.path().join("unused"));
+    let pipeline_file = pipeline.write(&dir.path().join("nightly.toml"));
+    let resource = &resources(&["job-s3.yaml"])[0];
+    let mounts = BTreeMap::from([
+        ("PIPELINE", pipeline_file.display().to_string()),
+        ("INPUT", format!("s3://{bucket}/incoming/night/")),
+        ("OUTPUT", format!("s3://{bucket}/predictions/night/")),
+    ]);
+    // What the Secret holds: the server's credentials and endpoint.
+    let secrets: BTreeMap<&str, String> = server.env().into_iter().collect();
+    for pod in run_pods(job_spec(resource), &mounts, &secrets, "segpredict-night-s3") {
+        pod.expect_code(0);
+    }
+    let keys = server.list(&bucket, "predictions/night/");
+    assert!(
+        keys.contains(&"predictions/night/_SUCCESS".to_string()),
+        "{keys:?}"
+    );
+    let out = dir.path().join("night");
+    server
+        .client()
+        .download(&bucket, "predictions/night/", &out);
+    let output = read_output(&out);
+    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
+    assert_same_predictions_as_baseline(&output);
 }

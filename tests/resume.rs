@@ -16,34 +16,6 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-/// A deterministic pseudo-random sequence (SplitMix64), seeded per test run.
-struct Moments(u64);
-
-impl Moments {
-    fn seeded() -> Self {
-        let seed = std::env::var("SEGPREDICT_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            });
-        eprintln!("kill moments: SEGPREDICT_TEST_SEED={seed}");
-        Self(seed)
-    }
-
-    /// Uniform in [0, 1).
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
-    }
-}
-
 #[test]
 fn runs_killed_at_random_moments_resume_to_the_uninterrupted_output() {
     let dir = tmp();

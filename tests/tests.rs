@@ -22,6 +22,9 @@
 //!   `check` and `run` agree.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
+//!   S3 server on loopback, the fault proxy in front of it
+//!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
 //! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -37,9 +40,11 @@ mod faults;
 mod gpu;
 mod images;
 mod inputs;
+mod objects;
 mod ops;
 mod ownership;
 mod recovery;
 mod resume;
+mod s3harness;
 mod sample;
 mod tidy;

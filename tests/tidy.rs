@@ -65,15 +65,16 @@ fn dependencies(manifest: &Path) -> Vec<String> {
 /// The crate graph ARCHITECTURE.md draws: which of our crates each may
 /// depend on. The compiler holds every `use` to it; this holds the
 /// manifests to the drawing.
-const LAYERS: [(&str, &[&str]); 6] = [
+const LAYERS: [(&str, &[&str]); 7] = [
     ("segpredict-core", &[]),
+    ("segpredict-storage", &["segpredict-core"]),
     ("segpredict-bucketing", &["segpredict-core"]),
-    ("segpredict-reader", &["segpredict-core"]),
+    ("segpredict-reader", &["segpredict-core", "segpredict-storage"]),
     ("segpredict-worker", &["segpredict-core"]),
     ("segpredict-report", &["segpredict-core"]),
     (
         "segpredict-checkpoint",
-        &["segpredict-core", "segpredict-report"],
+        &["segpredict-core", "segpredict-report", "segpredict-storage"],
     ),
 ];
 

@@ -12,7 +12,6 @@ use crate::pipeline;
 use segpredict_checkpoint::checkpoint::Verdict;
 use segpredict_checkpoint::commit::{commit_run, CommitState, Totals};
 use segpredict_checkpoint::layout::COMMIT_TAG;
-use segpredict_checkpoint::LocalStore;
 use segpredict_core::exit::Outcome;
 use segpredict_report as report;
 use segpredict_worker as worker;
@@ -75,8 +74,8 @@ pub(super) fn man() -> Result<()> {
 
 /// `segpredict commit DIR`.
 pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
-    let store = LocalStore::new(dir).tagged(COMMIT_TAG);
-    match commit_run(&store)? {
+    let store = segpredict_checkpoint::open_store(dir, COMMIT_TAG)?;
+    match commit_run(store.as_ref())? {
         CommitState::Committed(Totals { rows, .. }) => {
             let text = format!("{}: committed: {rows}", dir.display());
             crate::logging::result(&text, "run committed", serde_json::json!({ "rows": rows }));

@@ -43,8 +43,19 @@ pub fn describe_images(
         return Ok(());
     }
     let mut survey = ImageSurvey::default();
-    for file in files {
+    // The headers are read from local files only: an object store's images
+    // would be downloaded whole for this.
+    let (local, remote): (Vec<_>, Vec<_>) = files.iter().partition(|f| f.path.is_file());
+    for file in local {
         survey.merge(survey_images(&file.path, column)?);
+    }
+    if !remote.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+images: {} file(s) not on local disk are not surveyed (inspect reads image headers from local files only)",
+            remote.len()
+        );
     }
     if survey.formats.is_empty() && configured.is_none() {
         // Binary segments that are not images: raw values.

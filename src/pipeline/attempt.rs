@@ -15,7 +15,7 @@ use segpredict_checkpoint::checkpoint::{Attempt, Begun, Checkpoint, ShardAccount
 use segpredict_checkpoint::commit::{commit_run, RunSummary};
 use segpredict_checkpoint::done::scan_committed;
 use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
-use segpredict_checkpoint::{LocalStore, Store};
+use segpredict_checkpoint::Store;
 use segpredict_core::message::Calibration;
 use segpredict_core::stats::BatchTotals;
 use segpredict_reader::ReadPlan;
@@ -44,8 +44,7 @@ pub(super) fn checkpoint_of(
 ) -> Result<Checkpoint> {
     // The run would read its own output back as input, or write over it.
     segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
-    let store: Arc<dyn Store> =
-        Arc::new(LocalStore::new(&config.writers.dir).tagged(&shards.tag()));
+    let store: Arc<dyn Store> = segpredict_checkpoint::open_store(&config.writers.dir, &shards.tag())?;
     let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);
     Ok(Checkpoint::new(
         store,
@@ -100,6 +99,8 @@ pub(super) fn run_facts(
 ) -> RunFacts {
     let names = begin.attempt.layout.names();
     RunFacts {
+        // Counted at the end (`finish_run`).
+        store_requests: None,
         input: config.readers.path.display().to_string(),
         output: config.writers.dir.display().to_string(),
         device: segpredict_worker::device_name(model.device()),

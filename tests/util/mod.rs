@@ -22,6 +22,9 @@ use tempfile::TempDir;
 mod interrupt;
 pub use interrupt::*;
 
+mod s3;
+pub use s3::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {
@@ -141,6 +144,8 @@ pub struct Pipeline {
     pub bucketing_extra: Vec<String>,
     /// Raw lines added to `[writers]`, e.g. `commit_every_s = 0.2`.
     pub writers_extra: Vec<String>,
+    /// Raw lines of a `[storage]` section, e.g. `max_retries = 2`.
+    pub storage_extra: Vec<String>,
 }
 
 impl Pipeline {
@@ -166,6 +171,7 @@ impl Pipeline {
             model_extra: Vec::new(),
             bucketing_extra: Vec::new(),
             writers_extra: Vec::new(),
+            storage_extra: Vec::new(),
         }
     }
 
@@ -209,6 +215,11 @@ impl Pipeline {
         t += &format!("overwrite = {}\n", self.overwrite);
         for line in &self.writers_extra {
             t += line;
+            t += "\n";
+        }
+        if !self.storage_extra.is_empty() {
+            t += "\n[storage]\n";
+            t += &self.storage_extra.join("\n");
             t += "\n";
         }
         t

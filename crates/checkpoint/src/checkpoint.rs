@@ -579,6 +579,7 @@ mod tests {
                 mtime_ns: 2,
                 rows: 3,
                 footer_sha256: "ff".repeat(32),
+                version: String::new(),
             }],
             shards,
         }

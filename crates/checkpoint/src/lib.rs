@@ -12,6 +12,7 @@
 //! run resumes from what was committed.
 
 pub mod batch_parts;
+pub mod bucket;
 mod check;
 pub mod checkpoint;
 pub mod commit;
@@ -32,6 +33,23 @@ use serde::Deserialize;
 
 pub use layout::{AttemptNames, OutputLayout, BATCHES};
 pub use store::{LocalStore, Store, StoreError};
+
+/// The store of an output location: a local folder (temporary names carry
+/// `tag`, the writer's shard), or a prefix in a bucket.
+pub fn open_store(
+    location: &std::path::Path,
+    tag: &str,
+) -> Result<Arc<dyn Store>, segpredict_storage::StorageError> {
+    use segpredict_storage::Location;
+    let text = location.to_string_lossy();
+    Ok(match Location::parse(&text)? {
+        Location::Local(path) => Arc::new(LocalStore::new(path).tagged(tag)),
+        Location::Object(url) => Arc::new(bucket::BucketStore::new(
+            url,
+            segpredict_storage::settings().lock_lease,
+        )),
+    })
+}
 pub use thread::run_writer;
 
 use segpredict_core::message::{IdKind, LiveCounters, Sources};

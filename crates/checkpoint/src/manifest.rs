@@ -61,6 +61,11 @@ pub struct InputRecord {
     /// offsets and statistics): a change of content that keeps the size
     /// and the modification time (`cp -p`, `rsync -a`) changes it.
     pub footer_sha256: String,
+    /// An object's ETag or version (empty for a local file): in object
+    /// storage the identity of the content, since a bucket's modification
+    /// time is the upload's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +232,9 @@ fn input_differences(was: &[InputRecord], now: &[InputRecord]) -> Vec<String> {
                         short_hash(&new.footer_sha256)
                     ));
                 }
+                if old.version != new.version {
+                    changes.push(format!("object version {} -> {}", old.version, new.version));
+                }
                 if !changes.is_empty() {
                     out.push(format!(
                         "input file {} changed ({})",
@@ -309,6 +317,7 @@ impl InputRecord {
             mtime_ns,
             rows: file.rows,
             footer_sha256: file.footer_sha256.clone(),
+            version: file.version.clone(),
         }
     }
 }
@@ -335,6 +344,7 @@ mod tests {
                     mtime_ns: 1_764_754_867_123_000_000,
                     rows: 10,
                     footer_sha256: "aa".repeat(32),
+                    version: String::new(),
                 },
                 InputRecord {
                     path: "in/b.parquet".into(),
@@ -342,6 +352,7 @@ mod tests {
                     mtime_ns: 0,
                     rows: 5,
                     footer_sha256: "bb".repeat(32),
+                    version: String::new(),
                 },
             ],
             shards: 1,
@@ -377,6 +388,7 @@ mod tests {
             mtime_ns: 0,
             rows: 1,
             footer_sha256: "cc".repeat(32),
+            version: String::new(),
         });
         now.shards = 3;
         let diff = now.differences_from(&was);

@@ -218,6 +218,7 @@ mod tests {
             rows: 10,
             row_groups: 1,
             footer_sha256: String::new(),
+            version: String::new(),
         };
         let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();

@@ -8,5 +8,6 @@ pub mod cpu;
 pub mod done;
 pub mod exit;
 pub mod message;
+pub mod requests;
 pub mod shard;
 pub mod stats;

@@ -55,6 +55,9 @@ pub struct InputFile {
     /// footer. Content rewritten with size and mtime kept changes it: the
     /// footer holds every column chunk's offsets, sizes and statistics.
     pub footer_sha256: String,
+    /// An object's ETag, or its version where the store keeps versions:
+    /// what changes when it is rewritten. Empty for a local file.
+    pub version: String,
 }
 
 impl InputFile {
@@ -67,11 +70,12 @@ impl InputFile {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
         format!(
-            "{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}",
             self.path.display(),
             self.size_bytes,
             modified_ns,
-            self.footer_sha256
+            self.footer_sha256,
+            self.version
         )
     }
 }

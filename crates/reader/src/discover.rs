@@ -15,7 +15,64 @@ use segpredict_core::message::InputFile;
 /// Rows, row groups and the footer hash are filled in when the plan reads
 /// the footers.
 pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
+    let text = path.to_string_lossy();
+    if segpredict_storage::is_object_url(&text) {
+        return object_files(&text);
+    }
     input_paths(path)?.into_iter().map(located).collect()
+}
+
+/// An object-store URL: the object itself when one has exactly that key,
+/// else the `*.parquet` objects below the prefix (or matching the glob),
+/// left out as for a folder when a part of the key below the prefix starts
+/// with `_` or `.`. Identity: the object's size and ETag (or version).
+fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
+    let url = match segpredict_storage::Location::parse(text).map_err(|e| storage_error(text, e))? {
+        segpredict_storage::Location::Object(url) => url,
+        segpredict_storage::Location::Local(path) => return input_files(&path),
+    };
+    let objects = segpredict_storage::list_objects(&url).map_err(|e| storage_error(text, e))?;
+    let literal = url.prefix().split(['*', '?', '[']).next().unwrap_or("");
+    let root = literal.rsplit_once('/').map_or("", |(root, _)| root);
+    let exact: Vec<_> = objects.iter().filter(|o| o.location.as_ref() == url.prefix()).collect();
+    let chosen: Vec<_> = if exact.is_empty() {
+        objects
+            .iter()
+            .filter(|o| is_data_key(o.location.as_ref(), if segpredict_storage::is_glob(url.prefix()) { root } else { url.prefix() }))
+            .collect()
+    } else {
+        exact
+    };
+    if chosen.is_empty() {
+        return Err(ReaderError::NoMatch {
+            pattern: format!("{text} (*.parquet objects)"),
+        });
+    }
+    Ok(chosen
+        .into_iter()
+        .map(|o| InputFile {
+            path: PathBuf::from(url.url_of(&o.location)),
+            size_bytes: o.size,
+            modified: None,
+            rows: 0,
+            row_groups: 0,
+            footer_sha256: String::new(),
+            version: o.version.clone().or_else(|| o.e_tag.clone()).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// A `*.parquet` key none of whose parts below `root` starts with `_` or `.`.
+fn is_data_key(key: &str, root: &str) -> bool {
+    let below = key.strip_prefix(root).unwrap_or(key).trim_start_matches('/');
+    key.ends_with(".parquet") && !below.split('/').any(|part| part.starts_with(['_', '.']))
+}
+
+fn storage_error(location: &str, error: segpredict_storage::StorageError) -> ReaderError {
+    ReaderError::Storage {
+        location: location.to_string(),
+        source: error,
+    }
 }
 
 fn input_paths(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
@@ -47,6 +104,7 @@ fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
         rows: 0,
         row_groups: 0,
         footer_sha256: String::new(),
+        version: String::new(),
     })
 }
 

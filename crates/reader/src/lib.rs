@@ -15,13 +15,16 @@ pub mod image;
 mod overlap;
 mod panics;
 mod plan;
+mod remote;
 mod survey;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::Sender;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::file::reader::ChunkReader;
 use serde::Deserialize;
 
 pub use columns::ColumnMapping;
@@ -34,6 +37,7 @@ pub use survey::{
 };
 
 use plan::open_builder;
+use remote::{FetchedBytes, RemoteError};
 
 use segpredict_core::message::{IdKind, ReaderStats, RowChunk};
 
@@ -70,6 +74,16 @@ pub struct ReaderConfig {
     /// `bad_row_group` rejects and the run goes on.
     #[serde(default)]
     pub on_bad_file: OnBadFile,
+    /// Row groups fetched at once ahead of the reader threads when the input
+    /// is in object storage (`s3://`, `gs://`, `az://`). Default 8: enough
+    /// in flight to hide a cloud store's latency (see the S3 benchmark);
+    /// each holds one row group's compressed bytes.
+    #[serde(default = "default_fetch_concurrency")]
+    pub fetch_concurrency: usize,
+}
+
+fn default_fetch_concurrency() -> usize {
+    8
 }
 
 /// What to do with an input file that cannot be read.
@@ -141,9 +155,25 @@ pub enum ReaderError {
     },
     #[error("invalid [readers] section: {0}")]
     Config(String),
+    #[error("input {location}")]
+    Storage {
+        location: String,
+        #[source]
+        source: segpredict_storage::StorageError,
+    },
 }
 
 impl ReaderError {
+    /// Whether a rerun meets the same error: everything but the file
+    /// system's and the network's failures.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ReaderError::Io { .. } => false,
+            ReaderError::Storage { source, .. } => source.is_permanent(),
+            _ => true,
+        }
+    }
+
     /// Whether the error is the file's own content (a corrupt page, a
     /// footer that no longer parses), which `on_bad_file = "skip"` turns
     /// into rejects, rather than the file system's (which a retry may fix).
@@ -210,11 +240,11 @@ pub fn run_reader(
         cancel,
     };
     let mut stats = ReaderStats::default();
-    while let Some(unit) = units.take() {
+    while let Some((unit, fetched)) = units.take() {
         if cancel.load(Ordering::Relaxed) {
             break;
         }
-        if !reading.read_unit(unit, &mut stats)? {
+        if !reading.read_unit(unit, fetched, &mut stats)? {
             break;
         }
     }
@@ -275,7 +305,12 @@ impl Reading<'_> {
     /// Reads one unit; under `on_bad_file = "skip"`, a unit that stops
     /// decoding part way has its rows not yet sent rejected instead. Returns
     /// false when the downstream stage has gone (the run is ending).
-    fn read_unit(&self, unit: Unit, stats: &mut ReaderStats) -> Result<bool, ReaderError> {
+    fn read_unit(
+        &self,
+        unit: Unit,
+        fetched: Option<Result<FetchedBytes, RemoteError>>,
+        stats: &mut ReaderStats,
+    ) -> Result<bool, ReaderError> {
         let path = &self
             .plan
             .sources
@@ -283,7 +318,14 @@ impl Reading<'_> {
             .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
             .path;
         let mut next_row = unit.first_row;
-        match self.decode_unit(unit, path, &mut next_row, stats) {
+        let decoded = match fetched {
+            None => self.decode_unit(unit, path, open_builder(path)?, &mut next_row, stats),
+            Some(fetched) => {
+                let builder = self.fetched_builder(unit, path, fetched)?;
+                self.decode_unit(unit, path, builder, &mut next_row, stats)
+            }
+        };
+        match decoded {
             Err(error) if self.config.on_bad_file == OnBadFile::Skip && error.is_bad_data() => {
                 let rejects = bad_unit::BadUnit::new(unit, next_row, &error);
                 Ok(rejects.send(
@@ -298,12 +340,42 @@ impl Reading<'_> {
         }
     }
 
-    /// Decodes and sends one unit's rows; `next_row` is the first row not
-    /// yet sent (where a failure leaves it).
-    fn decode_unit(
+    /// A reader over an object's row group from its fetched bytes and the
+    /// footer read at planning.
+    fn fetched_builder(
         &self,
         unit: Unit,
         path: &std::path::Path,
+        fetched: Result<FetchedBytes, RemoteError>,
+    ) -> Result<ParquetRecordBatchReaderBuilder<FetchedBytes>, ReaderError> {
+        let bytes = fetched.map_err(|e| match e {
+            RemoteError::Store(e) => ReaderError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(e),
+            },
+            RemoteError::Parquet(e) => ReaderError::Decode {
+                path: path.to_path_buf(),
+                row_group: unit.row_group,
+                source: DecodeError::Parquet(e),
+            },
+        })?;
+        let remote = self
+            .plan
+            .remote(unit.file_idx)
+            .ok_or_else(|| ReaderError::Config("fetched bytes of a local file".into()))?;
+        Ok(ParquetRecordBatchReaderBuilder::new_with_metadata(
+            bytes,
+            remote.metadata.clone(),
+        ))
+    }
+
+    /// Decodes and sends one unit's rows; `next_row` is the first row not
+    /// yet sent (where a failure leaves it).
+    fn decode_unit<T: ChunkReader + 'static>(
+        &self,
+        unit: Unit,
+        path: &std::path::Path,
+        builder: ParquetRecordBatchReaderBuilder<T>,
         next_row: &mut u64,
         stats: &mut ReaderStats,
     ) -> Result<bool, ReaderError> {
@@ -313,7 +385,6 @@ impl Reading<'_> {
             source,
         };
         let (config, plan) = (self.config, self.plan);
-        let builder = open_builder(path)?;
         let roots = config.columns.root_indices(builder.schema());
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
         let mut reader = builder

@@ -15,6 +15,13 @@ use super::ReaderError;
 /// there), `data/**/*.parquet` is not. Paths are compared canonicalized
 /// (symbolic links and `..` resolved); the output need not exist yet.
 pub fn check_output_outside_input(input: &Path, output: &Path) -> Result<(), ReaderError> {
+    let (input_text, output_text) = (input.to_string_lossy(), output.to_string_lossy());
+    match (is_url(&input_text), is_url(&output_text)) {
+        (false, false) => {}
+        (true, true) => return check_urls(input, output),
+        // One local, one in a bucket: they cannot overlap.
+        _ => return Ok(()),
+    }
     let output_real = resolved(output)?;
     let (root, glob_rest) = if is_glob(input) {
         let root = glob_root(input);
@@ -48,6 +55,36 @@ pub fn check_output_outside_input(input: &Path, output: &Path) -> Result<(), Rea
         Some(rest) if !glob_reaches(&rest, below) => Ok(()),
         _ => refuse("lies inside"),
     }
+}
+
+fn is_url(text: &str) -> bool {
+    text.contains("://")
+}
+
+/// Two object-store locations: the output may not be the input's prefix,
+/// lie below it (below a glob's literal part, conservatively) or hold it.
+fn check_urls(input: &Path, output: &Path) -> Result<(), ReaderError> {
+    let trimmed = |p: &Path| p.to_string_lossy().trim_end_matches('/').to_string();
+    let (input_text, output_text) = (trimmed(input), trimmed(output));
+    let root = match input_text.find(['*', '?', '[']) {
+        Some(at) => input_text[..at].rsplit_once('/').map_or("", |(r, _)| r).to_string(),
+        None => input_text.clone(),
+    };
+    let below = |inner: &str, outer: &str| inner.starts_with(&format!("{outer}/"));
+    let how = if output_text == root {
+        "is"
+    } else if below(&output_text, &root) {
+        "lies inside"
+    } else if below(&root, &output_text) {
+        "contains"
+    } else {
+        return Ok(());
+    };
+    Err(ReaderError::OutputOverlapsInput {
+        output: output.to_path_buf(),
+        input: input.to_path_buf(),
+        how,
+    })
 }
 
 /// Whether the glob components `rest` (below the literal root) could match
@@ -180,5 +217,18 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&input, &link).unwrap();
         assert!(refused(&input, &link.join("out")).contains(" lies inside the input "));
+    }
+
+    #[test]
+    fn bucket_prefixes_overlap_by_key_and_never_with_local_paths() {
+        let check = |i: &str, o: &str| check_output_outside_input(Path::new(i), Path::new(o));
+        let how = |i: &str, o: &str| check(i, o).unwrap_err().to_string();
+        assert!(how("s3://b/in/", "s3://b/in").contains(" is the input "));
+        assert!(how("s3://b/in", "s3://b/in/out/").contains(" lies inside "));
+        assert!(how("s3://b/in/day-*/x.parquet", "s3://b/in/out").contains(" lies inside "));
+        assert!(how("s3://b/in/x", "s3://b/in").contains(" contains "));
+        assert!(check("s3://b/in/", "s3://b/input-predictions/").is_ok());
+        assert!(check("s3://b/in/", "s3://other/in/").is_ok());
+        assert!(check("s3://b/in/", "/tmp/out").is_ok());
     }
 }

@@ -5,7 +5,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use segpredict_storage::object_store::path::Path as ObjectPath;
+use segpredict_storage::object_store::ObjectStore;
+use segpredict_storage::Location;
+
+use crate::remote::{self, Prefetch, Prefetched, RemoteError, RemoteFile};
 use sha2::{Digest, Sha256};
 
 use super::{discover, OnBadFile, ReaderConfig, ReaderError};
@@ -43,6 +50,11 @@ pub struct ReadPlan {
     shard_rows: u64,
     /// Files left out (`on_bad_file = "skip"`), with why.
     pub skipped: Vec<SkippedFile>,
+    /// Per file (by index), its object and footer when it is in object
+    /// storage: read once at planning, used by every unit.
+    remote: Arc<Vec<Option<Arc<RemoteFile>>>>,
+    /// Row groups of objects fetched ahead of the reader threads.
+    fetch_concurrency: usize,
 }
 
 impl ReadPlan {
@@ -105,25 +117,46 @@ impl ReadPlan {
 
 /// The row groups the reader threads share: an index into the plan's frozen
 /// unit list, so the queue is bounded by construction and every unit is
-/// taken exactly once, in plan order.
+/// taken exactly once, in plan order. Objects' row groups come with their
+/// bytes, fetched ahead ([`Prefetch`]).
 #[derive(Debug)]
 pub struct UnitQueue<'a> {
     units: &'a [Unit],
     next: AtomicUsize,
+    prefetch: Option<Prefetch>,
 }
 
 impl<'a> UnitQueue<'a> {
     pub fn new(plan: &'a ReadPlan) -> Self {
+        let prefetch = plan.remote.iter().any(Option::is_some).then(|| {
+            Prefetch::new(
+                plan.selected.to_vec(),
+                plan.remote.clone(),
+                plan.fetch_concurrency,
+            )
+        });
         Self {
             units: &plan.selected,
             next: AtomicUsize::new(0),
+            prefetch,
         }
     }
 
-    /// The next unit not yet taken by any thread; `None` when all are.
-    pub fn take(&self) -> Option<Unit> {
+    /// The next unit not yet taken by any thread (with its bytes when its
+    /// file is an object); `None` when all are.
+    pub(crate) fn take(&self) -> Option<Prefetched> {
+        if let Some(prefetch) = &self.prefetch {
+            return prefetch.take();
+        }
         let index = self.next.fetch_add(1, Ordering::Relaxed);
-        self.units.get(index).copied()
+        self.units.get(index).map(|&unit| (unit, None))
+    }
+}
+
+impl ReadPlan {
+    /// The object and footer of file `file_idx`, when it is an object.
+    pub(crate) fn remote(&self, file_idx: u32) -> Option<&Arc<RemoteFile>> {
+        self.remote.get(file_idx as usize)?.as_ref()
     }
 }
 
@@ -221,8 +254,55 @@ fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
         .ok_or(std::io::ErrorKind::UnexpectedEof)?;
     let mut footer = vec![0u8; (length + 8) as usize];
     file.read_exact_at(&mut footer, footer_at)?;
-    let digest = Sha256::digest(&footer);
-    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex_sha256(&footer))
+}
+
+pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `path` as an object: its bucket's client and key; `None` for a local file.
+fn object_of(path: &Path) -> Result<Option<(Arc<dyn ObjectStore>, ObjectPath)>, ReaderError> {
+    let text = path.to_string_lossy();
+    if !segpredict_storage::is_object_url(&text) {
+        return Ok(None);
+    }
+    match Location::parse(&text) {
+        Ok(Location::Object(url)) => Ok(Some((url.store().clone(), url.key("")))),
+        Ok(Location::Local(_)) => Ok(None),
+        Err(source) => Err(ReaderError::Storage {
+            location: text.into_owned(),
+            source,
+        }),
+    }
+}
+
+/// An object's read failure as the reader's error: the network's is
+/// retryable, content that does not parse is the file's.
+pub(crate) fn remote_error(path: &Path, error: RemoteError) -> ReaderError {
+    match error {
+        RemoteError::Parquet(source) => ReaderError::NotParquet {
+            path: path.to_path_buf(),
+            source,
+        },
+        RemoteError::Store(e) => ReaderError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        },
+    }
+}
+
+/// A file's footer: read from disk, or by range from object storage.
+pub(crate) fn read_footer(file: &InputFile) -> Result<(ArrowReaderMetadata, String, Option<(Arc<dyn ObjectStore>, ObjectPath)>), ReaderError> {
+    let Some((store, key)) = object_of(&file.path)? else {
+        let (builder, sha256) = open_with_footer_hash(&file.path, true)?;
+        let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
+            .map_err(|source| ReaderError::NotParquet { path: file.path.clone(), source })?;
+        return Ok((metadata, sha256, None));
+    };
+    let (metadata, sha256) = remote::read_footer(&store, &key, file.size_bytes)
+        .map_err(|e| remote_error(&file.path, e))?;
+    Ok((metadata, sha256, Some((store, key))))
 }
 
 impl ReaderConfig {
@@ -235,12 +315,16 @@ impl ReaderConfig {
         let mut skipped = Vec::new();
         let mut units = Vec::new();
         let mut id_kind: Option<(IdKind, PathBuf)> = None;
+        let mut remote = Vec::new();
         for mut file in found {
             let file_idx = u32::try_from(files.len())
                 .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
             let planned = self.plan_file(&mut file, file_idx, &mut units);
             let kind = match (planned, self.on_bad_file) {
-                (Ok(kind), _) => kind,
+                (Ok((kind, object)), _) => {
+                    remote.push(object);
+                    kind
+                }
                 (Err(error), OnBadFile::Skip) => {
                     skipped.push(skip(&file, &error));
                     continue;
@@ -260,22 +344,34 @@ impl ReaderConfig {
             units: units.into_boxed_slice(),
             done: None,
             skipped,
+            remote: Arc::new(remote),
+            fetch_concurrency: self.fetch_concurrency,
         })
     }
 
     /// Checks one file's columns, records its rows and row groups, and adds
-    /// its non-empty row groups to `units`; returns its id column's kind.
+    /// its non-empty row groups to `units`; returns its id column's kind,
+    /// and its object and footer when it is in object storage.
     fn plan_file(
         &self,
         file: &mut InputFile,
         file_idx: u32,
         units: &mut Vec<Unit>,
-    ) -> Result<IdKind, ReaderError> {
-        let (builder, footer_sha256) = open_with_footer_hash(&file.path, true)?;
+    ) -> Result<(IdKind, Option<Arc<RemoteFile>>), ReaderError> {
+        let (metadata, footer_sha256, object) = read_footer(file)?;
         file.footer_sha256 = footer_sha256;
-        let kind = self.columns.check_schema(builder.schema(), &file.path)?;
+        let kind = self.columns.check_schema(metadata.schema(), &file.path)?;
+        let object = object.map(|(store, path)| {
+            Arc::new(RemoteFile {
+                roots: self.columns.root_indices(metadata.schema()),
+                store,
+                path,
+                size: file.size_bytes,
+                metadata: metadata.clone(),
+            })
+        });
         let mut first_row = 0u64;
-        let row_groups = builder.metadata().row_groups();
+        let row_groups = metadata.metadata().row_groups();
         for (row_group, meta) in row_groups.iter().enumerate() {
             let rows = u64::try_from(meta.num_rows()).unwrap_or(0);
             if rows > 0 {
@@ -290,7 +386,7 @@ impl ReaderConfig {
         }
         file.rows = first_row;
         file.row_groups = row_groups.len();
-        Ok(kind)
+        Ok((kind, object))
     }
 }
 
@@ -354,6 +450,7 @@ mod tests {
             rows: 3,
             row_groups: 1,
             footer_sha256: hash_of(path),
+            version: String::new(),
         };
         assert_ne!(file(&a).identity(), file(&b).identity());
     }

@@ -6,11 +6,15 @@
 use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::file::reader::ChunkReader;
 
 use super::columns::{id_kind_of, list_child};
 use super::{discover, open_builder, panics, DecodeError, ReaderError};
+use crate::plan::read_footer;
+use crate::remote::{self, RemoteFile};
 
 /// One input file as its footer describes it.
 #[derive(Debug, Clone)]
@@ -36,34 +40,64 @@ pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
     discover::input_files(path)?
         .into_iter()
         .map(|file| {
-            let builder = open_builder(&file.path)?;
-            let metadata = builder.metadata().file_metadata();
+            let (metadata, _, _) = read_footer(&file)?;
             Ok(FileSurvey {
-                rows: u64::try_from(metadata.num_rows()).unwrap_or(0),
-                row_groups: builder.metadata().num_row_groups(),
-                schema: builder.schema().clone(),
+                rows: u64::try_from(metadata.metadata().file_metadata().num_rows()).unwrap_or(0),
+                row_groups: metadata.metadata().num_row_groups(),
+                schema: metadata.schema().clone(),
                 path: file.path,
             })
         })
         .collect()
 }
 
-/// The list length of `column` in every row of the file at `path`.
+/// The list length of `column` in every row of the file at `path` (a
+/// local file or an object).
 ///
 /// Only that column is projected, so no other column's pages are read;
 /// its pages are decompressed (Parquet keeps list lengths inside them), but
 /// no row is built.
 pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, ReaderError> {
-    let builder = open_builder(path)?;
-    let root = builder
-        .schema()
-        .index_of(column)
-        .map_err(|_| ReaderError::Column {
+    let file = discover::input_files(path)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ReaderError::Missing {
             path: path.to_path_buf(),
-            column: column.to_string(),
-            message: "no such column in this file".into(),
         })?;
-    let data_type = builder.schema().field(root).data_type().clone();
+    let (metadata, _, object) = read_footer(&file)?;
+    let root = segments_root(metadata.schema(), path, column)?;
+    let remote = object.map(|(store, key)| RemoteFile {
+        store,
+        path: key,
+        size: file.size_bytes,
+        metadata: metadata.clone(),
+        roots: vec![root],
+    });
+    let mut counts = SegmentCounts::default();
+    for row_group in 0..metadata.metadata().num_row_groups() {
+        match &remote {
+            None => count_row_group(open_builder(path)?, root, path, row_group, &mut counts)?,
+            Some(remote) => {
+                let fetched = remote::fetch_blocking(remote, row_group).map_err(|e| {
+                    crate::plan::remote_error(path, e)
+                })?;
+                let builder =
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(fetched, metadata.clone());
+                count_row_group(builder, root, path, row_group, &mut counts)?
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// The segments column's index, checked to be a list.
+fn segments_root(schema: &Schema, path: &Path, column: &str) -> Result<usize, ReaderError> {
+    let root = schema.index_of(column).map_err(|_| ReaderError::Column {
+        path: path.to_path_buf(),
+        column: column.to_string(),
+        message: "no such column in this file".into(),
+    })?;
+    let data_type = schema.field(root).data_type().clone();
     let one_image_per_row = crate::image::column::type_problem(&data_type).is_none()
         && crate::image::column::one_per_row(&data_type);
     if !one_image_per_row && !matches!(data_type, DataType::List(_) | DataType::LargeList(_)) {
@@ -73,32 +107,37 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
             message: format!("segments must be a list or large_list column, found {data_type}"),
         });
     }
-    let mut counts = SegmentCounts::default();
-    for row_group in 0..builder.metadata().num_row_groups() {
-        let decode_error = |source| ReaderError::Decode {
-            path: path.to_path_buf(),
-            row_group,
-            source,
-        };
-        let builder = open_builder(path)?;
-        let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
-        let reader = builder
-            .with_projection(mask)
-            .with_row_groups(vec![row_group])
-            .with_batch_size(8192)
-            .build()
-            .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
-        let mut reader = reader;
-        // A corrupt page can make the parquet crate panic: as in a run, that
-        // is this file's and row group's error.
-        while let Some(batch) =
-            panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
-        {
-            let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-            add_list_lengths(batch.column(0), &mut counts);
-        }
+    Ok(root)
+}
+
+fn count_row_group<T: ChunkReader + 'static>(
+    builder: ParquetRecordBatchReaderBuilder<T>,
+    root: usize,
+    path: &Path,
+    row_group: usize,
+    counts: &mut SegmentCounts,
+) -> Result<(), ReaderError> {
+    let decode_error = |source| ReaderError::Decode {
+        path: path.to_path_buf(),
+        row_group,
+        source,
+    };
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
+    let mut reader = builder
+        .with_projection(mask)
+        .with_row_groups(vec![row_group])
+        .with_batch_size(8192)
+        .build()
+        .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
+    // A corrupt page can make the parquet crate panic: as in a run, that
+    // is this file's and row group's error.
+    while let Some(batch) =
+        panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
+    {
+        let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
+        add_list_lengths(batch.column(0), counts);
     }
-    Ok(counts)
+    Ok(())
 }
 
 fn add_list_lengths(array: &dyn Array, counts: &mut SegmentCounts) {

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use calibration::{describe_calibration, CalibrationReport};
 pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummary};
 
+use segpredict_core::requests::StoreRequests;
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{
     BatchingStrategy, BucketingReport, Calibration, ReaderStats, RejectKind, SkippedFile,
@@ -104,6 +105,10 @@ pub struct RunReport {
     /// The process's peak resident memory (Linux `VmHWM`), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// Requests to object storage, failed ones (retried) included; absent
+    /// when input and output are local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_requests: Option<StoreRequests>,
     /// Absent on CPU: there is no device memory to report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
@@ -274,6 +279,8 @@ pub struct RunFacts {
     pub warm_up_s: Option<f64>,
     /// Seconds from the attempt's start to the model being ready.
     pub model_ready_s: Option<f64>,
+    /// Requests to object storage so far (`None` when nothing is remote).
+    pub store_requests: Option<StoreRequests>,
 }
 
 impl RunReport {
@@ -326,6 +333,7 @@ impl RunReport {
             decode_us_per_segment: stages.decode_us_per_segment(),
             device_busy_share: device_busy_share(&worker.batches, wall_s),
             peak_rss_bytes: peak_rss_bytes(),
+            store_requests: facts.store_requests,
             memory: memory_summary(&worker.memory),
             strategy: facts.strategy,
             calibration: facts.calibration.as_ref().map(CalibrationReport::from),
@@ -382,6 +390,15 @@ impl RunReport {
         }
         if let Some(rss) = self.peak_rss_bytes {
             s += &format!("peak host memory (RSS) {} MiB\n", rss >> 20);
+        }
+        if let Some(r) = &self.store_requests {
+            s += &format!(
+                "object storage: {} requests, {} failed and retried, {:.1} MiB read, {:.1} MiB written\n",
+                r.requests,
+                r.failed,
+                r.bytes_read as f64 / 1048576.0,
+                r.bytes_written as f64 / 1048576.0
+            );
         }
         s += &format!("output: {}", self.output);
         s

@@ -1,0 +1,537 @@
+//! The checkpoint in object storage (S3, GCS, Azure): the [`Store`]
+//! promises kept without rename or fsync.
+//! - whole objects: a put is atomic; a streamed part is a multipart upload
+//!   completed only when whole (aborted otherwise), so no partial object is
+//!   ever visible under a final name; small parts go up as one put;
+//! - durable and listed once the put returns (S3, GCS and Azure are
+//!   strongly consistent for writes and listings);
+//! - put-if-absent with the store's conditional write (S3 `If-None-Match`,
+//!   GCS and Azure preconditions). A store without them (an S3-compatible
+//!   server that ignores the header, or `AWS_CONDITIONAL_PUT=disabled`)
+//!   falls back to look-then-put, which two writers racing for one key can
+//!   both pass: there, run one writer per shard (the shard lock below
+//!   still refuses a second one unless both start within the same moment);
+//! - a lock is a lease: an object naming its holder and an expiry, created
+//!   with put-if-absent, renewed by a heartbeat with a conditional update,
+//!   taken over only once expired (or at once when its holder was a process
+//!   on this host that is gone). A kill -9 elsewhere frees the shard after
+//!   the lease's time to live.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use segpredict_storage::object_store::path::Path as ObjectPath;
+use segpredict_storage::object_store::{
+    self, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
+use segpredict_storage::{block_on, ObjectUrl};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Holder, Lock, Store, StoreError, Upload};
+
+/// Parts of a multipart upload: S3's minimum is 5 MiB (the last excepted).
+const PART_BYTES: usize = 8 << 20;
+/// Parts in flight per upload: bounds an upload's memory to this many parts.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// A run's output below a prefix of a bucket.
+#[derive(Debug, Clone)]
+pub struct BucketStore {
+    url: ObjectUrl,
+    lease: Duration,
+}
+
+impl BucketStore {
+    /// `lease`: how long a lock outlives its holder's last heartbeat.
+    pub fn new(url: ObjectUrl, lease: Duration) -> Self {
+        Self { url, lease }
+    }
+
+    fn key(&self, key: &str) -> ObjectPath {
+        self.url.key(key)
+    }
+
+    fn error(&self, op: &'static str, key: &str) -> impl FnOnce(object_store::Error) -> StoreError {
+        let location = self.locate(key);
+        move |source| StoreError {
+            op,
+            location,
+            source: io_error(source),
+        }
+    }
+}
+
+/// Tries of an operation that object_store gave up on early: it does not
+/// retry a request that is not idempotent (a conditional put) once sent,
+/// and a reset connection then ends it after one retry.
+const TRIES: usize = 4;
+
+/// Runs `operation` until it succeeds, fails for good, or [`TRIES`] ran out,
+/// with a growing pause between tries.
+fn retried<T>(mut operation: impl FnMut() -> object_store::Result<T>) -> object_store::Result<T> {
+    let mut pause = Duration::from_millis(100);
+    for _ in 1..TRIES {
+        match operation() {
+            Err(e) if is_transient(&e) => {
+                tracing::debug!(error = %e, "object store request failed; trying again");
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    operation()
+}
+
+/// A failure of the network or the server, not an answer about the object.
+fn is_transient(error: &object_store::Error) -> bool {
+    matches!(error, object_store::Error::Generic { .. })
+}
+
+/// object_store's error as the io error [`StoreError`] carries, with a kind
+/// that says whether retrying can help (see [`StoreError::is_permanent`]).
+fn io_error(error: object_store::Error) -> std::io::Error {
+    use std::io::ErrorKind;
+    use object_store::Error::*;
+    let kind = match &error {
+        NotFound { .. } => ErrorKind::NotFound,
+        AlreadyExists { .. } => ErrorKind::AlreadyExists,
+        PermissionDenied { .. } | Unauthenticated { .. } => ErrorKind::PermissionDenied,
+        e if segpredict_storage::is_permanent(e) => ErrorKind::InvalidInput,
+        _ => ErrorKind::Other,
+    };
+    std::io::Error::new(kind, error)
+}
+
+impl Store for BucketStore {
+    fn location(&self) -> String {
+        self.url.url()
+    }
+
+    fn locate(&self, key: &str) -> String {
+        self.url.url_of(&self.key(key))
+    }
+
+    fn ensure(&self) -> Result<(), StoreError> {
+        // Nothing to create: a prefix exists once a key is under it.
+        Ok(())
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
+        retried(|| block_on(self.url.store().put(&self.key(key), payload.clone())))
+            .map(drop)
+            .map_err(self.error("writing", key))
+    }
+
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
+        let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
+        let create = || PutOptions::from(PutMode::Create);
+        let put = || block_on(self.url.store().put_opts(&self.key(key), payload.clone(), create()));
+        match retried(put) {
+            Ok(_) => Ok(true),
+            // Ours all the same when a retry found what the first try wrote
+            // (its answer lost on the way back): the same bytes.
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => {
+                Ok(self.get(key)?.is_some_and(|there| there == bytes))
+            }
+            Err(object_store::Error::NotImplemented { .. }) => self.look_then_put(key, bytes),
+            Err(e) => Err(self.error("writing", key)(e)),
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let store = self.url.store();
+        let path = self.key(key);
+        let got = retried(|| block_on(async { store.get(&path).await?.bytes().await }));
+        match got {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("reading", key)(e)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        // object_store lists below whole `/`-separated parts.
+        let (folder, _) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+        let list = || {
+            let listing = self.url.store().list(Some(&self.key(folder)));
+            block_on(listing.try_collect::<Vec<_>>())
+        };
+        let objects = retried(list).map_err(self.error("listing", folder))?;
+        let mut keys: Vec<String> = objects
+            .iter()
+            .filter_map(|o| self.url.relative(o.location.as_ref()).map(str::to_string))
+            .filter(|k| k.starts_with(prefix))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        match retried(|| block_on(self.url.store().delete(&self.key(key)))) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("removing", key)(e)),
+        }
+    }
+
+    fn upload(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
+        Ok(Box::new(BucketUpload {
+            store: self.url.store().clone(),
+            path: self.key(key),
+            location: self.locate(key),
+            buffer: Vec::new(),
+            multipart: None,
+            in_flight: std::collections::VecDeque::new(),
+        }))
+    }
+
+    fn holder(&self, key: &str) -> Result<Option<Holder>, StoreError> {
+        Ok(self
+            .current_lease(key)?
+            .filter(|(lease, _)| lease.is_alive())
+            .map(|(lease, _)| Holder(lease.holder)))
+    }
+
+    fn lock(
+        &self,
+        key: &str,
+        holder: &Holder,
+    ) -> Result<Result<Box<dyn Lock>, Holder>, StoreError> {
+        for _ in 0..5 {
+            let lease = Lease::new(holder, self.lease);
+            let body = PutPayload::from(lease.to_bytes());
+            let create = || PutOptions::from(PutMode::Create);
+            let path = self.key(key);
+            match retried(|| block_on(self.url.store().put_opts(&path, body.clone(), create()))) {
+                Ok(put) => return Ok(Ok(self.hold(key, holder, UpdateVersion::from(put)))),
+                Err(object_store::Error::AlreadyExists { .. })
+                | Err(object_store::Error::Precondition { .. }) => {}
+                Err(e) => return Err(self.error("taking the lock", key)(e)),
+            }
+            let Some((held, version)) = self.current_lease(key)? else {
+                continue; // freed meanwhile
+            };
+            if held.is_ours(holder) {
+                // Our own create, whose answer was lost: a retry found it.
+                return Ok(Ok(self.hold(key, holder, version)));
+            }
+            if held.is_alive() {
+                return Ok(Err(Holder(held.holder)));
+            }
+            if let Some(version) = self.take_over(key, &lease, version)? {
+                tracing::warn!(lock = %self.locate(key), was = %held.holder, "took over an expired lock");
+                return Ok(Ok(self.hold(key, holder, version)));
+            }
+        }
+        Err(self.error("taking the lock", key)(object_store::Error::Generic {
+            store: "lease",
+            source: "other writers kept taking it first".into(),
+        }))
+    }
+}
+
+impl BucketStore {
+    /// Put-if-absent without a conditional write (see the module's note).
+    fn look_then_put(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
+        if self.get(key)?.is_some() {
+            return Ok(false);
+        }
+        self.put(key, bytes).map(|()| true)
+    }
+
+    /// The lease under `key` with its version, or `None`. A lease that
+    /// does not parse is treated as expired (a torn or foreign object).
+    fn current_lease(&self, key: &str) -> Result<Option<(Lease, UpdateVersion)>, StoreError> {
+        let store = self.url.store();
+        let path = self.key(key);
+        let got = block_on(async move {
+            let got = store.get(&path).await?;
+            let version = UpdateVersion {
+                e_tag: got.meta.e_tag.clone(),
+                version: got.meta.version.clone(),
+            };
+            Ok::<_, object_store::Error>((got.bytes().await?, version))
+        });
+        match got {
+            Ok((bytes, version)) => {
+                let lease = serde_json::from_slice(&bytes).unwrap_or_else(|_| Lease::expired());
+                Ok(Some((lease, version)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("reading the lock", key)(e)),
+        }
+    }
+
+    /// Replaces an expired lease only if it is still the one read.
+    fn take_over(
+        &self,
+        key: &str,
+        lease: &Lease,
+        version: UpdateVersion,
+    ) -> Result<Option<UpdateVersion>, StoreError> {
+        let body = PutPayload::from(lease.to_bytes());
+        let update = PutOptions::from(PutMode::Update(version));
+        match block_on(self.url.store().put_opts(&self.key(key), body, update)) {
+            Ok(put) => Ok(Some(UpdateVersion::from(put))),
+            Err(object_store::Error::Precondition { .. })
+            | Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                // No conditional update: delete, then create (racy, see above).
+                self.delete(key)?;
+                Ok(None)
+            }
+            Err(e) => Err(self.error("taking the lock", key)(e)),
+        }
+    }
+
+    fn hold(&self, key: &str, holder: &Holder, version: UpdateVersion) -> Box<dyn Lock> {
+        Box::new(LeaseLock::start(self.clone(), key.to_string(), holder.clone(), version))
+    }
+}
+
+/// What a lock object holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Lease {
+    holder: String,
+    host: String,
+    pid: u32,
+    /// Milliseconds since the Unix epoch; judged by the reader's clock, so
+    /// machines' clocks must agree to well within the lease.
+    expires_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Lease {
+    fn new(holder: &Holder, ttl: Duration) -> Self {
+        Self {
+            holder: holder.0.clone(),
+            host: this_host(),
+            pid: std::process::id(),
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+        }
+    }
+
+    fn expired() -> Self {
+        Self {
+            holder: String::new(),
+            host: String::new(),
+            pid: 0,
+            expires_ms: 0,
+        }
+    }
+
+    fn to_bytes(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Written by this process for `holder`.
+    fn is_ours(&self, holder: &Holder) -> bool {
+        self.pid == std::process::id() && self.host == this_host() && self.holder == holder.0
+    }
+
+    /// Not expired, and not held by a process of this host that is gone
+    /// (a kill -9 here need not wait for the lease to run out).
+    fn is_alive(&self) -> bool {
+        let gone_here = self.host == this_host()
+            && self.pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists();
+        now_ms() < self.expires_ms && !gone_here
+    }
+}
+
+/// A held lease: a heartbeat renews it; dropped, it is deleted.
+#[derive(Debug)]
+struct LeaseLock {
+    stop: Arc<AtomicBool>,
+    heartbeat: Option<std::thread::JoinHandle<()>>,
+    store: BucketStore,
+    key: String,
+}
+
+impl LeaseLock {
+    fn start(store: BucketStore, key: String, holder: Holder, version: UpdateVersion) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (beat_store, beat_key, beat_stop) = (store.clone(), key.clone(), stop.clone());
+        let heartbeat = std::thread::Builder::new()
+            .name("segpredict-lease".into())
+            .spawn(move || renew_until_stopped(&beat_store, &beat_key, &holder, version, &beat_stop))
+            .ok();
+        Self {
+            stop,
+            heartbeat,
+            store,
+            key,
+        }
+    }
+}
+
+/// Renews the lease every third of its time to live. Losing it (another
+/// writer took it over after it expired: this process was stalled past
+/// the lease) ends the process: going on would write the shard's rows
+/// twice. Exit 1: the rerun resumes.
+fn renew_until_stopped(
+    store: &BucketStore,
+    key: &str,
+    holder: &Holder,
+    mut version: UpdateVersion,
+    stop: &AtomicBool,
+) {
+    let tick = Duration::from_millis(200);
+    let every = store.lease / 3;
+    let mut since = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(tick);
+        if since.elapsed() < every {
+            continue;
+        }
+        since = std::time::Instant::now();
+        let body = PutPayload::from(Lease::new(holder, store.lease).to_bytes());
+        let update = PutOptions::from(PutMode::Update(version.clone()));
+        match block_on(store.url.store().put_opts(&store.key(key), body, update)) {
+            Ok(put) => version = UpdateVersion::from(put),
+            Err(object_store::Error::Precondition { .. }) if !stop.load(Ordering::Relaxed) => {
+                tracing::error!(lock = %store.locate(key), "lost this shard's lock to another writer; stopping so no row is written twice");
+                std::process::exit(1);
+            }
+            Err(error) => tracing::warn!(lock = %store.locate(key), %error, "renewing the lock failed; trying again"),
+        }
+    }
+}
+
+impl Lock for LeaseLock {}
+
+impl Drop for LeaseLock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(heartbeat) = self.heartbeat.take() {
+            let _ = heartbeat.join();
+        }
+        if let Err(error) = self.store.delete(&self.key) {
+            tracing::warn!(%error, "releasing the lock (it expires by itself)");
+        }
+    }
+}
+
+/// A streamed object: buffered up to one part; one put if it never grows
+/// past it, else a multipart upload completed by [`Upload::finish`] and
+/// aborted when dropped unfinished.
+struct BucketUpload {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    location: String,
+    buffer: Vec<u8>,
+    multipart: Option<Box<dyn object_store::MultipartUpload>>,
+    in_flight: std::collections::VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
+}
+
+impl BucketUpload {
+    fn error(&self, source: object_store::Error) -> StoreError {
+        StoreError {
+            op: "uploading",
+            location: self.location.clone(),
+            source: io_error(source),
+        }
+    }
+
+    /// Sends the buffer as the next part, waiting while too many are out.
+    fn send_part(&mut self) -> object_store::Result<()> {
+        if self.multipart.is_none() {
+            self.multipart = Some(block_on(self.store.put_multipart(&self.path))?);
+        }
+        let part = PutPayload::from(std::mem::take(&mut self.buffer));
+        if let Some(upload) = self.multipart.as_mut() {
+            let sending = upload.put_part(part);
+            self.in_flight
+                .push_back(segpredict_storage::runtime().spawn(sending));
+        }
+        while self.in_flight.len() > PARTS_IN_FLIGHT {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> object_store::Result<()> {
+        match self.in_flight.pop_front() {
+            Some(part) => block_on(part).map_err(|e| object_store::Error::JoinError { source: e })?,
+            None => Ok(()),
+        }
+    }
+
+    fn complete(&mut self) -> object_store::Result<()> {
+        let Some(mut upload) = self.multipart.take() else {
+            let whole = PutPayload::from(std::mem::take(&mut self.buffer));
+            return block_on(self.store.put(&self.path, whole)).map(drop);
+        };
+        self.multipart = None;
+        if !self.buffer.is_empty() {
+            let last = PutPayload::from(std::mem::take(&mut self.buffer));
+            self.in_flight
+                .push_back(segpredict_storage::runtime().spawn(upload.put_part(last)));
+        }
+        while !self.in_flight.is_empty() {
+            if let Err(e) = self.wait_oldest() {
+                let _ = block_on(upload.abort());
+                return Err(e);
+            }
+        }
+        match block_on(upload.complete()) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = block_on(upload.abort());
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::io::Write for BucketUpload {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(buf);
+        if self.buffer.len() >= PART_BYTES {
+            self.send_part().map_err(io_error)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Upload for BucketUpload {
+    fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+        self.complete().map_err(|e| self.error(e))
+    }
+}
+
+impl Drop for BucketUpload {
+    fn drop(&mut self) {
+        // Unfinished: the parts sent are discarded, nothing under the key.
+        // (A process killed here leaves an incomplete upload, invisible and
+        // billed until the bucket's AbortIncompleteMultipartUpload rule.)
+        if let Some(mut upload) = self.multipart.take() {
+            for part in self.in_flight.drain(..) {
+                part.abort();
+            }
+            if let Err(error) = block_on(upload.abort()) {
+                tracing::warn!(upload = %self.location, %error, "aborting an unfinished upload");
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Where bytes live: a local path or an object-store URL (`s3://bucket/prefix/`,
+//! `gs://`, `az://`/`abfss://`, `file://`). One client per bucket, built from
+//! the usual environment (`AWS_*` with `AWS_ENDPOINT_URL`, `GOOGLE_*`,
+//! `AZURE_*`) the way object_store's builders read it; every request counted
+//! ([`requests`]). The reader lists and reads inputs through it, the
+//! checkpoint's object store writes outputs through it.
+//!
+//! Nothing here holds a secret in a name: a location is the URL as given,
+//! and credentials never leave the builders.
+
+mod counting;
+mod list;
+mod runtime;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, RetryConfig};
+
+pub use counting::requests;
+pub use list::{is_glob, list_objects};
+pub use object_store;
+pub use runtime::{block_on, runtime};
+
+/// A location that is not usable, named.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("{location}: {reason}")]
+    Url { location: String, reason: String },
+    #[error("{location}: connecting to the object store")]
+    Connect {
+        location: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("{op} {location}")]
+    Request {
+        op: &'static str,
+        location: String,
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+impl StorageError {
+    /// Whether trying again cannot help: a malformed URL, a missing bucket
+    /// or credentials, a refused permission. Network and server errors are
+    /// retryable (object_store already retried them with backoff).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            StorageError::Url { .. } | StorageError::Connect { .. } => true,
+            StorageError::Request { source, .. } => is_permanent(source),
+        }
+    }
+}
+
+/// An object_store error that another attempt will meet again.
+pub fn is_permanent(error: &object_store::Error) -> bool {
+    use object_store::Error::*;
+    matches!(
+        error,
+        InvalidPath { .. }
+            | NotSupported { .. }
+            | NotImplemented { .. }
+            | PermissionDenied { .. }
+            | Unauthenticated { .. }
+            | UnknownConfigurationKey { .. }
+    )
+}
+
+/// A place: a local path, or a prefix in a bucket.
+#[derive(Debug, Clone)]
+pub enum Location {
+    Local(PathBuf),
+    Object(ObjectUrl),
+}
+
+/// URL schemes that name object storage (`file://` is a local path).
+const OBJECT_SCHEMES: [&str; 8] = ["s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss"];
+
+/// Whether `text` names object storage (by its scheme), not a local path.
+pub fn is_object_url(text: &str) -> bool {
+    text.split_once("://")
+        .is_some_and(|(scheme, _)| OBJECT_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+impl Location {
+    /// A path, `file://` URL or object-store URL; connecting (credentials
+    /// from the environment) happens here, so a bad URL fails at start.
+    pub fn parse(text: &str) -> Result<Location, StorageError> {
+        if let Some(path) = text.strip_prefix("file://") {
+            return Ok(Location::Local(PathBuf::from(path)));
+        }
+        if !is_object_url(text) {
+            if text.contains("://") {
+                return Err(StorageError::Url {
+                    location: text.to_string(),
+                    reason: format!(
+                        "not a path or a supported URL (schemes: file, {})",
+                        OBJECT_SCHEMES.join(", ")
+                    ),
+                });
+            }
+            return Ok(Location::Local(PathBuf::from(text)));
+        }
+        ObjectUrl::parse(text).map(Location::Object)
+    }
+}
+
+/// A prefix in a bucket, with the bucket's client.
+#[derive(Debug, Clone)]
+pub struct ObjectUrl {
+    /// `scheme://bucket`, as given.
+    bucket_url: String,
+    /// The key prefix inside the bucket, without leading or trailing `/`
+    /// (may hold glob characters for an input pattern).
+    prefix: String,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl ObjectUrl {
+    fn parse(text: &str) -> Result<ObjectUrl, StorageError> {
+        let bad = |reason: &str| StorageError::Url {
+            location: text.to_string(),
+            reason: reason.to_string(),
+        };
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("no bucket or container in the URL"));
+        }
+        let bucket_url = format!("{scheme}://{bucket}");
+        let store = connect(&bucket_url)?;
+        Ok(ObjectUrl {
+            bucket_url,
+            prefix: prefix.trim_matches('/').to_string(),
+            store,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The key prefix inside the bucket (no leading or trailing `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The object `name` below this prefix.
+    pub fn key(&self, name: &str) -> ObjectPath {
+        ObjectPath::from(self.key_text(name))
+    }
+
+    fn key_text(&self, name: &str) -> String {
+        match (self.prefix.is_empty(), name.is_empty()) {
+            (true, _) => name.to_string(),
+            (false, true) => self.prefix.clone(),
+            (false, false) => format!("{}/{name}", self.prefix),
+        }
+    }
+
+    /// The URL of a key of this bucket, as a person names it.
+    pub fn url_of(&self, key: &ObjectPath) -> String {
+        format!("{}/{key}", self.bucket_url)
+    }
+
+    /// This location's URL, with a trailing `/` when it has a prefix (for
+    /// an object, use [`ObjectUrl::url_of`] with [`ObjectUrl::key`]).
+    pub fn url(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("{}/", self.bucket_url)
+        } else {
+            format!("{}/{}/", self.bucket_url, self.prefix)
+        }
+    }
+
+    /// `name` relative to this prefix, if it lies below it.
+    pub fn relative<'a>(&self, key: &'a str) -> Option<&'a str> {
+        if self.prefix.is_empty() {
+            return Some(key);
+        }
+        key.strip_prefix(self.prefix.as_str())?.strip_prefix('/')
+    }
+}
+
+/// How object storage is reached: retries and timeouts. Set once at start
+/// ([`configure`]), before the first connection.
+#[derive(Debug, Clone, Copy)]
+pub struct StorageSettings {
+    /// Retries of one request (5xx, 429, resets, timeouts) before the
+    /// operation fails, with exponential backoff and jitter.
+    pub max_retries: usize,
+    /// No retry starts later than this after the first try.
+    pub retry_timeout: Duration,
+    /// How long a shard's lock in object storage outlives its holder's
+    /// last heartbeat (renewed every third of it): after a kill -9 on
+    /// another machine, the rerun waits at most this long.
+    pub lock_lease: Duration,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        Self {
+            max_retries: 10,
+            retry_timeout: Duration::from_secs(180),
+            lock_lease: Duration::from_secs(60),
+        }
+    }
+}
+
+static SETTINGS: OnceLock<StorageSettings> = OnceLock::new();
+
+/// Sets retries for every client this process builds; the first call wins
+/// (call it before any location is parsed).
+pub fn configure(settings: StorageSettings) {
+    let _ = SETTINGS.set(settings);
+}
+
+/// The settings in force ([`configure`]'s, else the defaults).
+pub fn settings() -> StorageSettings {
+    SETTINGS.get().copied().unwrap_or_default()
+}
+
+fn retry_config() -> RetryConfig {
+    let settings = settings();
+    RetryConfig {
+        max_retries: settings.max_retries,
+        retry_timeout: settings.retry_timeout,
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(10),
+            base: 2.0,
+        },
+    }
+}
+
+/// The client of `scheme://bucket`, built once per process.
+fn connect(bucket_url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    let mut clients = clients.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(client) = clients.get(bucket_url) {
+        return Ok(client.clone());
+    }
+    let client = build(bucket_url).map_err(|source| StorageError::Connect {
+        location: bucket_url.to_string(),
+        source,
+    })?;
+    clients.insert(bucket_url.to_string(), client.clone());
+    Ok(client)
+}
+
+fn build(bucket_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+    use object_store::{aws, azure, gcp};
+    let scheme = bucket_url.split_once("://").map_or("", |(s, _)| s);
+    let retry = retry_config();
+    let connector = counting::CountingConnector;
+    Ok(match scheme {
+        "s3" | "s3a" => Arc::new(
+            aws::AmazonS3Builder::from_env()
+                .with_url(bucket_url)
+                .with_retry(retry)
+                .with_http_connector(connector)
+                .build()?,
+        ),
+        "gs" => Arc::new(
+            gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(bucket_url)
+                .with_retry(retry)
+                .with_http_connector(connector)
+                .build()?,
+        ),
+        _ => Arc::new(
+            azure::MicrosoftAzureBuilder::from_env()
+                .with_url(bucket_url)
+                .with_retry(retry)
+                .with_http_connector(connector)
+                .build()?,
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_file_urls_are_local_and_other_schemes_are_refused() {
+        assert!(matches!(Location::parse("out/x").unwrap(), Location::Local(p) if p == PathBuf::from("out/x")));
+        assert!(matches!(Location::parse("file:///data/in").unwrap(), Location::Local(p) if p == PathBuf::from("/data/in")));
+        let error = Location::parse("ftp://host/x").unwrap_err().to_string();
+        assert!(error.contains("ftp://host/x") && error.contains("s3"), "{error}");
+        assert!(Location::parse("s3:///x").unwrap_err().is_permanent());
+    }
+
+    #[test]
+    fn an_s3_url_splits_into_bucket_and_prefix() {
+        let Location::Object(url) = Location::parse("s3://nightly/in/2026-12-04/").unwrap() else {
+            panic!("not an object URL");
+        };
+        assert_eq!(url.prefix(), "in/2026-12-04");
+        assert_eq!(url.url(), "s3://nightly/in/2026-12-04/");
+        assert_eq!(url.key("_SUCCESS").as_ref(), "in/2026-12-04/_SUCCESS");
+        assert_eq!(url.relative("in/2026-12-04/a/b.parquet"), Some("a/b.parquet"));
+        assert_eq!(url.relative("in/2026-12-040/b.parquet"), None);
+        assert_eq!(url.url_of(&url.key("x")), "s3://nightly/in/2026-12-04/x");
+    }
+}
