@@ -203,3 +203,41 @@ fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
         assert!(bad.stdout.contains(says), "no {says:?} in:\n{}", bad.stdout);
     }
 }
+
+/// A shipped image pipeline rewritten by `edit`, into `dir`.
+fn edited_pipeline(dir: &Path, kind: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(image_pipeline(kind)).unwrap();
+    // Relative paths resolve against the pipeline's folder: make them absolute.
+    let pipelines = repo().join("pipelines").display().to_string();
+    let text = edit(text.replace("\"../", &format!("\"{pipelines}/../")));
+    let path = dir.join(format!("edited-{kind}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn image_settings_that_do_not_fit_and_raw_segments_under_image_are_one_line_errors() {
+    let dir = tmp();
+    let check = |pipeline: &Path, args: &[&str]| {
+        let out = dir.path().join("out").display().to_string();
+        let mut command = Command::new(bin());
+        command.arg("check").arg(pipeline).args(["--output", &out]);
+        run_command(command.args(args), dir.path())
+    };
+    let two_channels = edited_pipeline(dir.path(), "jpeg", |t| {
+        t.replace("shape = [1, 8, 8]", "shape = [2, 8, 8]")
+    });
+    let error = expect_one_line_error(check(&two_channels, &[]).expect_code(2));
+    assert!(
+        error.contains("columns.segments.image") && error.contains("found 2"),
+        "{error}"
+    );
+    // The raw sample's fixed_size_binary segments are not encoded images.
+    let raw = sample().display().to_string();
+    let run = check(&image_pipeline("jpeg"), &["--input", &raw]);
+    let error = expect_one_line_error(run.expect_code(2));
+    assert!(
+        error.contains("digits.parquet: column `segments`: encoded image segments must be"),
+        "{error}"
+    );
+}
