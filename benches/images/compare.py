@@ -188,6 +188,37 @@ def parity(sets: dict[str, list[bytes]]) -> dict[str, dict]:
     return out
 
 
+# Every resize mode and filter, at odd target sizes and aspect ratios.
+MODE_CASES = [
+    ("fit", "bilinear", [3, 100, 224]),
+    ("fit", "nearest", [3, 64, 64]),
+    ("stretch", "bicubic", [3, 150, 200]),
+    ("stretch", "box", [3, 120, 160]),
+    ("crop", "lanczos", [1, 224, 160]),
+    ("crop", "hamming", [3, 96, 96]),
+]
+
+
+def modes_parity(files: list[bytes]) -> list[dict]:
+    """segpredict against Pillow for every resize mode and filter, on the
+    photo PNGs (lossless, so only the geometry and the resampling differ)."""
+    folder, out = WORK / "modes", WORK / "modes.u8"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, data in enumerate(files):
+        (folder / f"{i:05d}").write_bytes(data)
+    rows = []
+    for resize, filt, shape in MODE_CASES:
+        spec = {"resize": resize, "filter": filt}
+        subprocess.run([str(EXAMPLE), str(folder), ",".join(map(str, shape)), resize, filt, "--dump", str(out)],
+                       check=True, capture_output=True)
+        ours = np.fromfile(out, dtype=np.uint8).astype(np.int16)
+        pillow = np.concatenate([pillow_one(shape, spec)(d).ravel() for d in files]).astype(np.int16)
+        diff = np.abs(ours - pillow)
+        rows.append({"resize": resize, "filter": filt, "shape": shape,
+                     "equal_share": float((diff == 0).mean()), "max_abs_diff": int(diff.max())})
+    return rows
+
+
 def summarize(rounds: list[dict[str, dict[str, float]]]) -> dict:
     out = {}
     for name in SETS:
@@ -213,6 +244,9 @@ def markdown(summary: dict, meta: dict) -> str:
               "Same pixels? segpredict's u8 tensors against Pillow's, every file:", ""]
     for name, p in meta["parity_with_pillow"].items():
         lines.append(f"- {name}: {p['equal_share']:.4%} of {p['values']:,} values equal, largest difference {p['max_abs_diff']}")
+    lines += ["", "Every resize mode and filter against Pillow (40 photo PNGs):", ""]
+    for m in meta["modes_parity_with_pillow"]:
+        lines.append(f"- {m['resize']}, {m['filter']}, to {m['shape']}: {m['equal_share']:.2%} equal, largest difference {m['max_abs_diff']}")
     return "\n".join(lines) + "\n"
 
 
@@ -236,6 +270,7 @@ def main() -> None:
         print(f"round {k + 1}: " + json.dumps(rounds[-1]), flush=True)
     meta["loadavg_after"] = os.getloadavg()
     meta["parity_with_pillow"] = parity(sets)
+    meta["modes_parity_with_pillow"] = modes_parity(sets["photo-png"][:40])
     print("parity: " + json.dumps(meta["parity_with_pillow"]))
     summary = summarize(rounds)
     out = Path(args.out)
