@@ -324,3 +324,67 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
     let report = assert_complete_in_bucket(server, &bucket, "out", &reference, &rerun, dir.path());
     assert!(report_u64(&report, "rows_resumed") > 0, "{report}");
 }
+
+/// A lease object as another writer's process leaves it.
+fn lease(holder: &str, expires_ms: u128) -> Vec<u8> {
+    let text = format!(
+        r#"{{"holder":"{holder}","host":"nightly-7","pid":999,"expires_ms":{expires_ms}}}"#
+    );
+    text.into_bytes()
+}
+
+#[test]
+fn a_live_lease_in_the_bucket_refuses_run_and_check_naming_the_holder_and_an_expired_one_is_taken_over(
+) {
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("lease");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 40);
+    let input = upload_input(server, &bucket, &local);
+    let file =
+        Pipeline::new(&input, format!("s3://{bucket}/out/")).write(&dir.path().join("p.toml"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let key = "out/_progress/lock-s000of001";
+    server.put(
+        &bucket,
+        key,
+        &lease("pid 999 on nightly-7, since 1", now_ms + 600_000),
+    );
+    let endpoint = server.endpoint();
+    let checked = run_command(
+        &mut command(endpoint, &["check", file.to_str().unwrap()]),
+        dir.path(),
+    );
+    let ran = run_s3(endpoint, &file, &[], dir.path());
+    for result in [&checked, &ran] {
+        assert_eq!(result.code, 1, "{}", result.describe());
+        assert!(
+            result.stderr.contains("pid 999 on nightly-7"),
+            "{}",
+            result.describe()
+        );
+    }
+    assert!(
+        server.list(&bucket, "out/_run.json").is_empty(),
+        "the refused run wrote its manifest"
+    );
+    // Expired: its holder stopped renewing it a while ago.
+    server.put(
+        &bucket,
+        key,
+        &lease("pid 999 on nightly-7, since 1", now_ms - 1_000),
+    );
+    let taken = run_s3(endpoint, &file, &[], dir.path());
+    taken.expect_code(0);
+    assert_eq!(
+        read_output(&download(server, &bucket, "out/", &dir.path().join("out"))).len(),
+        40
+    );
+    assert!(
+        server.list(&bucket, key).is_empty(),
+        "the lease was not released"
+    );
+}
