@@ -12,7 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-
 use crate::util::*;
 
 /// `segpredict ARGS` with the store's environment (the server's endpoint,
@@ -76,7 +75,9 @@ fn watch(server: &S3Server, bucket: &str, prefix: &str, stop: &AtomicBool) -> (u
                 continue;
             }
             // Removed between listing and reading (a replaced attempt's): gone, not partial.
-            let got = server.client().request("GET", &format!("/{bucket}/{key}"), &[], &[], b"");
+            let got = server
+                .client()
+                .request("GET", &format!("/{bucket}/{key}"), &[], &[], b"");
             if let Ok(response) = got {
                 if response.status == 200 && !is_whole(&key, &response.body) {
                     partial.push(key);
@@ -110,21 +111,35 @@ fn the_sample_read_from_and_written_to_s3_equals_the_local_run_row_for_row() {
     let endpoint = server.endpoint();
     let run = run_s3(endpoint, &file, &[], dir.path());
     run.expect_code(0);
-    assert!(run.stdout.contains("object storage: "), "{}", run.describe());
+    assert!(
+        run.stdout.contains("object storage: "),
+        "{}",
+        run.describe()
+    );
     let out = download(server, &bucket, "out/", &dir.path().join("s3"));
     assert_eq!(sorted_rows(&out), sorted_rows(&local.output));
     assert_eq!(read_output(&out).len(), SAMPLE_ROWS);
     assert!(out.join("_SUCCESS").is_file());
     let report = read_report(&out);
-    assert!(report["store_requests"]["requests"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        report["store_requests"]["requests"].as_u64().unwrap() > 0,
+        "{report}"
+    );
     assert!(!report.to_string().contains("secret"), "{report}");
     let locks: Vec<String> = server.list(&bucket, "out/_progress/lock");
     assert!(locks.is_empty(), "a finished run leaves no lock: {locks:?}");
     // The rerun finds it complete; check and inspect read the bucket too.
     let again = run_s3(endpoint, &file, &[], dir.path());
     again.expect_code(0);
-    assert!(again.stderr.contains("already complete"), "{}", again.describe());
-    let check = run_command(&mut command(endpoint, &["check", file.to_str().unwrap()]), dir.path());
+    assert!(
+        again.stderr.contains("already complete"),
+        "{}",
+        again.describe()
+    );
+    let check = run_command(
+        &mut command(endpoint, &["check", file.to_str().unwrap()]),
+        dir.path(),
+    );
     check.expect_code(0);
     let url = input.to_str().unwrap();
     let inspect = run_command(&mut command(endpoint, &["inspect", url]), dir.path());
@@ -174,18 +189,23 @@ fn runs_writing_to_s3_killed_at_random_moments_resume_with_no_partial_object_eve
         let watcher = scope.spawn(|| watch(server, &bucket, "", &stop));
         for trial in 0..3 {
             let prefix = format!("trial-{trial}");
-            let file = slowed_into(&input, &bucket, &prefix).write(&dir.path().join(format!("{prefix}.toml")));
+            let file = slowed_into(&input, &bucket, &prefix)
+                .write(&dir.path().join(format!("{prefix}.toml")));
             let mut child = spawn_s3(server.endpoint(), &file, &[]);
             // Trial 0 waits for a committed part, so one kill at least
             // lands after a commit whatever the random moments.
             let after = duration.mul_f64(0.2 + 0.8 * moments.next());
-            let parts = || trial == 0 && !server.list(&bucket, &format!("{prefix}/part-")).is_empty();
+            let parts =
+                || trial == 0 && !server.list(&bucket, &format!("{prefix}/part-")).is_empty();
             let deadline = Instant::now() + if trial == 0 { duration * 3 } else { after };
             let killed = kill_when(&mut child, deadline, parts);
             let committed = server.list(&bucket, &format!("{prefix}/part-")).len();
-            eprintln!("trial {trial}: killed after {after:?} (running: {killed}), {committed} parts");
+            eprintln!(
+                "trial {trial}: killed after {after:?} (running: {killed}), {committed} parts"
+            );
             let rerun = run_s3(server.endpoint(), &file, &[], dir.path());
-            let report = assert_complete_in_bucket(server, &bucket, &prefix, &reference, &rerun, dir.path());
+            let report =
+                assert_complete_in_bucket(server, &bucket, &prefix, &reference, &rerun, dir.path());
             if killed && report_u64(&report, "rows_resumed") > 0 {
                 resumed += 1;
             }
@@ -195,7 +215,10 @@ fn runs_writing_to_s3_killed_at_random_moments_resume_with_no_partial_object_eve
     });
     assert!(resumed >= 1, "no rerun resumed committed rows");
     assert!(checked > 10, "the watcher saw only {checked} objects");
-    assert!(partial.is_empty(), "objects not whole under final names: {partial:?}");
+    assert!(
+        partial.is_empty(),
+        "objects not whole under final names: {partial:?}"
+    );
 }
 
 #[test]
@@ -220,9 +243,13 @@ fn three_shards_into_one_prefix_with_one_killed_give_one_processs_output() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(0), "shard {i}: {stderr}");
     }
-    assert!(server.list(&bucket, "sharded/_SUCCESS").is_empty(), "_SUCCESS while shard 1 is not done");
+    assert!(
+        server.list(&bucket, "sharded/_SUCCESS").is_empty(),
+        "_SUCCESS while shard 1 is not done"
+    );
     let rerun = run_s3(server.endpoint(), &file, &["--shard", "1/3"], dir.path());
-    let report = assert_complete_in_bucket(server, &bucket, "sharded", &reference, &rerun, dir.path());
+    let report =
+        assert_complete_in_bucket(server, &bucket, "sharded", &reference, &rerun, dir.path());
     assert_eq!(report_u64(&report, "rows_in"), 360, "{report}");
     assert!(report_u64(&report, "rows_resumed") > 0, "{report}");
 }
@@ -237,7 +264,11 @@ fn a_tenth_of_requests_failing_or_reset_costs_retries_not_rows() {
     let mut pipeline = Pipeline::new(&local, dir.path().join("reference"));
     pipeline.rows_per_file = Some(50);
     let reference = Reference::of(&pipeline, &local);
-    let rates = FaultRates { fail: 0.05, reset: 0.05, ..FaultRates::default() };
+    let rates = FaultRates {
+        fail: 0.05,
+        reset: 0.05,
+        ..FaultRates::default()
+    };
     let proxy = FaultProxy::start_seeded(server.port(), rates, 7);
     pipeline.input = input.clone();
     pipeline.output = PathBuf::from(format!("s3://{bucket}/out/"));
@@ -272,15 +303,88 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
     let file = pipeline.write(&dir.path().join("outlast.toml"));
     let mut child = spawn_s3(proxy.endpoint(), &file, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let committed = wait_until(&mut child, deadline, || !server.list(&bucket, "out/part-").is_empty());
+    let committed = wait_until(&mut child, deadline, || {
+        !server.list(&bucket, "out/part-").is_empty()
+    });
     assert!(committed, "the run ended before committing a part");
     // Every request fails from now on: more than any retry can outlast.
-    proxy.set_rates(FaultRates { fail: 1.0, ..FaultRates::default() });
+    proxy.set_rates(FaultRates {
+        fail: 1.0,
+        ..FaultRates::default()
+    });
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "retryable exit expected: {stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "retryable exit expected: {stderr}"
+    );
     proxy.set_rates(FaultRates::default());
     let rerun = run_s3(proxy.endpoint(), &file, &[], dir.path());
     let report = assert_complete_in_bucket(server, &bucket, "out", &reference, &rerun, dir.path());
     assert!(report_u64(&report, "rows_resumed") > 0, "{report}");
+}
+
+/// A lease object as another writer's process leaves it.
+fn lease(holder: &str, expires_ms: u128) -> Vec<u8> {
+    let text = format!(
+        r#"{{"holder":"{holder}","host":"nightly-7","pid":999,"expires_ms":{expires_ms}}}"#
+    );
+    text.into_bytes()
+}
+
+#[test]
+fn a_live_lease_in_the_bucket_refuses_run_and_check_naming_the_holder_and_an_expired_one_is_taken_over(
+) {
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("lease");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 40);
+    let input = upload_input(server, &bucket, &local);
+    let file =
+        Pipeline::new(&input, format!("s3://{bucket}/out/")).write(&dir.path().join("p.toml"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let key = "out/_progress/lock-s000of001";
+    server.put(
+        &bucket,
+        key,
+        &lease("pid 999 on nightly-7, since 1", now_ms + 600_000),
+    );
+    let endpoint = server.endpoint();
+    let checked = run_command(
+        &mut command(endpoint, &["check", file.to_str().unwrap()]),
+        dir.path(),
+    );
+    let ran = run_s3(endpoint, &file, &[], dir.path());
+    for result in [&checked, &ran] {
+        assert_eq!(result.code, 1, "{}", result.describe());
+        assert!(
+            result.stderr.contains("pid 999 on nightly-7"),
+            "{}",
+            result.describe()
+        );
+    }
+    assert!(
+        server.list(&bucket, "out/_run.json").is_empty(),
+        "the refused run wrote its manifest"
+    );
+    // Expired: its holder stopped renewing it a while ago.
+    server.put(
+        &bucket,
+        key,
+        &lease("pid 999 on nightly-7, since 1", now_ms - 1_000),
+    );
+    let taken = run_s3(endpoint, &file, &[], dir.path());
+    taken.expect_code(0);
+    assert_eq!(
+        read_output(&download(server, &bucket, "out/", &dir.path().join("out"))).len(),
+        40
+    );
+    assert!(
+        server.list(&bucket, key).is_empty(),
+        "the lease was not released"
+    );
 }

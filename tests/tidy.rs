@@ -69,7 +69,10 @@ const LAYERS: [(&str, &[&str]); 7] = [
     ("segpredict-core", &[]),
     ("segpredict-storage", &["segpredict-core"]),
     ("segpredict-bucketing", &["segpredict-core"]),
-    ("segpredict-reader", &["segpredict-core", "segpredict-storage"]),
+    (
+        "segpredict-reader",
+        &["segpredict-core", "segpredict-storage"],
+    ),
     ("segpredict-worker", &["segpredict-core"]),
     ("segpredict-report", &["segpredict-core"]),
     (

@@ -44,7 +44,8 @@ pub(super) fn checkpoint_of(
 ) -> Result<Checkpoint> {
     // The run would read its own output back as input, or write over it.
     segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
-    let store: Arc<dyn Store> = segpredict_checkpoint::open_store(&config.writers.dir, &shards.tag())?;
+    let store: Arc<dyn Store> =
+        segpredict_checkpoint::open_store(&config.writers.dir, &shards.tag())?;
     let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);
     Ok(Checkpoint::new(
         store,

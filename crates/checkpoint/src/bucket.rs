@@ -94,8 +94,8 @@ fn is_transient(error: &object_store::Error) -> bool {
 /// object_store's error as the io error [`StoreError`] carries, with a kind
 /// that says whether retrying can help (see [`StoreError::is_permanent`]).
 fn io_error(error: object_store::Error) -> std::io::Error {
-    use std::io::ErrorKind;
     use object_store::Error::*;
+    use std::io::ErrorKind;
     let kind = match &error {
         NotFound { .. } => ErrorKind::NotFound,
         AlreadyExists { .. } => ErrorKind::AlreadyExists,
@@ -130,7 +130,13 @@ impl Store for BucketStore {
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
         let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
         let create = || PutOptions::from(PutMode::Create);
-        let put = || block_on(self.url.store().put_opts(&self.key(key), payload.clone(), create()));
+        let put = || {
+            block_on(
+                self.url
+                    .store()
+                    .put_opts(&self.key(key), payload.clone(), create()),
+            )
+        };
         match retried(put) {
             Ok(_) => Ok(true),
             // Ours all the same when a retry found what the first try wrote
@@ -228,10 +234,12 @@ impl Store for BucketStore {
                 return Ok(Ok(self.hold(key, holder, version)));
             }
         }
-        Err(self.error("taking the lock", key)(object_store::Error::Generic {
-            store: "lease",
-            source: "other writers kept taking it first".into(),
-        }))
+        Err(self.error("taking the lock", key)(
+            object_store::Error::Generic {
+                store: "lease",
+                source: "other writers kept taking it first".into(),
+            },
+        ))
     }
 }
 
@@ -290,7 +298,12 @@ impl BucketStore {
     }
 
     fn hold(&self, key: &str, holder: &Holder, version: UpdateVersion) -> Box<dyn Lock> {
-        Box::new(LeaseLock::start(self.clone(), key.to_string(), holder.clone(), version))
+        Box::new(LeaseLock::start(
+            self.clone(),
+            key.to_string(),
+            holder.clone(),
+            version,
+        ))
     }
 }
 
@@ -370,7 +383,9 @@ impl LeaseLock {
         let (beat_store, beat_key, beat_stop) = (store.clone(), key.clone(), stop.clone());
         let heartbeat = std::thread::Builder::new()
             .name("segpredict-lease".into())
-            .spawn(move || renew_until_stopped(&beat_store, &beat_key, &holder, version, &beat_stop))
+            .spawn(move || {
+                renew_until_stopped(&beat_store, &beat_key, &holder, version, &beat_stop)
+            })
             .ok();
         Self {
             stop,
@@ -409,7 +424,9 @@ fn renew_until_stopped(
                 tracing::error!(lock = %store.locate(key), "lost this shard's lock to another writer; stopping so no row is written twice");
                 std::process::exit(1);
             }
-            Err(error) => tracing::warn!(lock = %store.locate(key), %error, "renewing the lock failed; trying again"),
+            Err(error) => {
+                tracing::warn!(lock = %store.locate(key), %error, "renewing the lock failed; trying again")
+            }
         }
     }
 }
@@ -468,7 +485,9 @@ impl BucketUpload {
 
     fn wait_oldest(&mut self) -> object_store::Result<()> {
         match self.in_flight.pop_front() {
-            Some(part) => block_on(part).map_err(|e| object_store::Error::JoinError { source: e })?,
+            Some(part) => {
+                block_on(part).map_err(|e| object_store::Error::JoinError { source: e })?
+            }
             None => Ok(()),
         }
     }

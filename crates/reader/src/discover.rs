@@ -34,11 +34,23 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     let objects = segpredict_storage::list_objects(&url).map_err(|e| storage_error(text, e))?;
     let literal = url.prefix().split(['*', '?', '[']).next().unwrap_or("");
     let root = literal.rsplit_once('/').map_or("", |(root, _)| root);
-    let exact: Vec<_> = objects.iter().filter(|o| o.location.as_ref() == url.prefix()).collect();
+    let exact: Vec<_> = objects
+        .iter()
+        .filter(|o| o.location.as_ref() == url.prefix())
+        .collect();
     let chosen: Vec<_> = if exact.is_empty() {
         objects
             .iter()
-            .filter(|o| is_data_key(o.location.as_ref(), if segpredict_storage::is_glob(url.prefix()) { root } else { url.prefix() }))
+            .filter(|o| {
+                is_data_key(
+                    o.location.as_ref(),
+                    if segpredict_storage::is_glob(url.prefix()) {
+                        root
+                    } else {
+                        url.prefix()
+                    },
+                )
+            })
             .collect()
     } else {
         exact
@@ -57,21 +69,28 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
             rows: 0,
             row_groups: 0,
             footer_sha256: String::new(),
-            version: o.version.clone().or_else(|| o.e_tag.clone()).unwrap_or_default(),
+            version: o
+                .version
+                .clone()
+                .or_else(|| o.e_tag.clone())
+                .unwrap_or_default(),
         })
         .collect())
 }
 
 /// A `*.parquet` key none of whose parts below `root` starts with `_` or `.`.
 fn is_data_key(key: &str, root: &str) -> bool {
-    let below = key.strip_prefix(root).unwrap_or(key).trim_start_matches('/');
+    let below = key
+        .strip_prefix(root)
+        .unwrap_or(key)
+        .trim_start_matches('/');
     key.ends_with(".parquet") && !below.split('/').any(|part| part.starts_with(['_', '.']))
 }
 
 fn storage_error(location: &str, error: segpredict_storage::StorageError) -> ReaderError {
     ReaderError::Storage {
         location: location.to_string(),
-        source: error,
+        source: Box::new(error),
     }
 }
 

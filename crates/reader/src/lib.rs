@@ -159,7 +159,7 @@ pub enum ReaderError {
     Storage {
         location: String,
         #[source]
-        source: segpredict_storage::StorageError,
+        source: Box<segpredict_storage::StorageError>,
     },
 }
 

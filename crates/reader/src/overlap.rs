@@ -67,7 +67,10 @@ fn check_urls(input: &Path, output: &Path) -> Result<(), ReaderError> {
     let trimmed = |p: &Path| p.to_string_lossy().trim_end_matches('/').to_string();
     let (input_text, output_text) = (trimmed(input), trimmed(output));
     let root = match input_text.find(['*', '?', '[']) {
-        Some(at) => input_text[..at].rsplit_once('/').map_or("", |(r, _)| r).to_string(),
+        Some(at) => input_text[..at]
+            .rsplit_once('/')
+            .map_or("", |(r, _)| r)
+            .to_string(),
         None => input_text.clone(),
     };
     let below = |inner: &str, outer: &str| inner.starts_with(&format!("{outer}/"));

@@ -258,11 +258,17 @@ fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
 }
 
 pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
+/// An object: its bucket's client and its key.
+pub(crate) type Object = (Arc<dyn ObjectStore>, ObjectPath);
+
 /// `path` as an object: its bucket's client and key; `None` for a local file.
-fn object_of(path: &Path) -> Result<Option<(Arc<dyn ObjectStore>, ObjectPath)>, ReaderError> {
+fn object_of(path: &Path) -> Result<Option<Object>, ReaderError> {
     let text = path.to_string_lossy();
     if !segpredict_storage::is_object_url(&text) {
         return Ok(None);
@@ -272,7 +278,7 @@ fn object_of(path: &Path) -> Result<Option<(Arc<dyn ObjectStore>, ObjectPath)>, 
         Ok(Location::Local(_)) => Ok(None),
         Err(source) => Err(ReaderError::Storage {
             location: text.into_owned(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -293,11 +299,17 @@ pub(crate) fn remote_error(path: &Path, error: RemoteError) -> ReaderError {
 }
 
 /// A file's footer: read from disk, or by range from object storage.
-pub(crate) fn read_footer(file: &InputFile) -> Result<(ArrowReaderMetadata, String, Option<(Arc<dyn ObjectStore>, ObjectPath)>), ReaderError> {
+pub(crate) fn read_footer(
+    file: &InputFile,
+) -> Result<(ArrowReaderMetadata, String, Option<Object>), ReaderError> {
     let Some((store, key)) = object_of(&file.path)? else {
         let (builder, sha256) = open_with_footer_hash(&file.path, true)?;
-        let metadata = ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
-            .map_err(|source| ReaderError::NotParquet { path: file.path.clone(), source })?;
+        let metadata =
+            ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
+                .map_err(|source| ReaderError::NotParquet {
+                    path: file.path.clone(),
+                    source,
+                })?;
         return Ok((metadata, sha256, None));
     };
     let (metadata, sha256) = remote::read_footer(&store, &key, file.size_bytes)

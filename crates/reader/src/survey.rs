@@ -78,9 +78,8 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
         match &remote {
             None => count_row_group(open_builder(path)?, root, path, row_group, &mut counts)?,
             Some(remote) => {
-                let fetched = remote::fetch_blocking(remote, row_group).map_err(|e| {
-                    crate::plan::remote_error(path, e)
-                })?;
+                let fetched = remote::fetch_blocking(remote, row_group)
+                    .map_err(|e| crate::plan::remote_error(path, e))?;
                 let builder =
                     ParquetRecordBatchReaderBuilder::new_with_metadata(fetched, metadata.clone());
                 count_row_group(builder, root, path, row_group, &mut counts)?

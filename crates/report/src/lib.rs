@@ -19,12 +19,12 @@ use serde::{Deserialize, Serialize};
 pub use calibration::{describe_calibration, CalibrationReport};
 pub use memory::{device_busy_share, memory_summary, peak_rss_bytes, MemorySummary};
 
-use segpredict_core::requests::StoreRequests;
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::{
     BatchingStrategy, BucketingReport, Calibration, ReaderStats, RejectKind, SkippedFile,
     WorkerReport, WriterReport,
 };
+use segpredict_core::requests::StoreRequests;
 use segpredict_core::stats::{BatchTotals, PlotSample};
 
 /// Everything a run measured.

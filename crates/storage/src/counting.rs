@@ -55,7 +55,11 @@ impl HttpService for Counted {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         count(&REQUESTS, 1);
         count(&BYTES_WRITTEN, request.body().content_length() as u64);
-        let response = self.0.execute(request).await.inspect_err(|_| count(&FAILED, 1))?;
+        let response = self
+            .0
+            .execute(request)
+            .await
+            .inspect_err(|_| count(&FAILED, 1))?;
         if is_failure(response.status().as_u16()) {
             count(&FAILED, 1);
         }

@@ -38,8 +38,8 @@ pub fn list_objects(url: &ObjectUrl) -> Result<Vec<ObjectMeta>, StorageError> {
         (pattern.to_string(), None)
     };
     let listing = url.store().list(Some(&ObjectPath::from(root.as_str())));
-    let mut objects: Vec<ObjectMeta> = block_on(listing.try_collect())
-        .map_err(|source| StorageError::Request {
+    let mut objects: Vec<ObjectMeta> =
+        block_on(listing.try_collect()).map_err(|source| StorageError::Request {
             op: "listing",
             location: url.url(),
             source,
