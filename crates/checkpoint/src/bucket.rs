@@ -421,8 +421,15 @@ fn renew_until_stopped(
         match block_on(store.url.store().put_opts(&store.key(key), body, update)) {
             Ok(put) => version = UpdateVersion::from(put),
             Err(object_store::Error::Precondition { .. }) if !stop.load(Ordering::Relaxed) => {
-                tracing::error!(lock = %store.locate(key), "lost this shard's lock to another writer; stopping so no row is written twice");
-                std::process::exit(1);
+                // Our own renewal applied with its answer lost reads as a
+                // changed version too: then the lease is still ours.
+                match store.current_lease(key) {
+                    Ok(Some((lease, now))) if lease.is_ours(holder) => version = now,
+                    _ => {
+                        tracing::error!(lock = %store.locate(key), "lost this shard's lock to another writer; stopping so no row is written twice");
+                        std::process::exit(1);
+                    }
+                }
             }
             Err(error) => {
                 tracing::warn!(lock = %store.locate(key), %error, "renewing the lock failed; trying again")
@@ -469,7 +476,9 @@ impl BucketUpload {
     /// Sends the buffer as the next part, waiting while too many are out.
     fn send_part(&mut self) -> object_store::Result<()> {
         if self.multipart.is_none() {
-            self.multipart = Some(block_on(self.store.put_multipart(&self.path))?);
+            // A new upload each try: one whose answer was lost stays
+            // incomplete and invisible.
+            self.multipart = Some(retried(|| block_on(self.store.put_multipart(&self.path)))?);
         }
         let part = PutPayload::from(std::mem::take(&mut self.buffer));
         if let Some(upload) = self.multipart.as_mut() {
@@ -552,5 +561,107 @@ impl Drop for BucketUpload {
                 tracing::warn!(upload = %self.location, %error, "aborting an unfinished upload");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use segpredict_storage::object_store::memory::InMemory;
+
+    /// A store over object_store's in-memory store (which keeps conditional
+    /// puts and multipart uploads as S3 does), below `out/`.
+    fn store() -> BucketStore {
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let url = ObjectUrl::with_store("memory://test", "out", memory);
+        BucketStore::new(url, Duration::from_secs(60))
+    }
+
+    #[test]
+    fn put_if_absent_refuses_a_key_that_exists_and_list_keeps_to_the_prefix() {
+        let store = store();
+        assert!(store.put_if_absent("_progress/m.json", b"first").unwrap());
+        assert!(!store.put_if_absent("_progress/m.json", b"second").unwrap());
+        assert_eq!(
+            store.get("_progress/m.json").unwrap().unwrap(),
+            &b"first"[..]
+        );
+        store.put("part-a001-00-00001.parquet", b"p").unwrap();
+        store.put("_progress/done-s000of001.json", b"d").unwrap();
+        assert_eq!(
+            store.list("_progress/d").unwrap(),
+            ["_progress/done-s000of001.json"]
+        );
+        assert_eq!(store.list("").unwrap().len(), 3);
+        store.delete("_progress/m.json").unwrap();
+        store.delete("_progress/m.json").unwrap();
+        assert_eq!(store.get("_progress/m.json").unwrap(), None);
+        assert_eq!(store.locate("_SUCCESS"), "memory://test/out/_SUCCESS");
+    }
+
+    #[test]
+    fn an_upload_is_visible_only_when_finished_and_a_dropped_one_leaves_nothing() {
+        let store = store();
+        let big = vec![7u8; PART_BYTES * 2 + 123];
+        let mut upload = store.upload("part-a001-00-00001.parquet").unwrap();
+        upload.write_all(&big).unwrap();
+        assert!(store.list("").unwrap().is_empty(), "visible before finish");
+        upload.finish().unwrap();
+        assert_eq!(
+            store
+                .get("part-a001-00-00001.parquet")
+                .unwrap()
+                .unwrap()
+                .len(),
+            big.len()
+        );
+        let mut dropped = store.upload("part-a001-00-00002.parquet").unwrap();
+        dropped.write_all(&big).unwrap();
+        drop(dropped);
+        assert_eq!(store.list("").unwrap(), ["part-a001-00-00001.parquet"]);
+        let mut small = store.upload("_rejects.parquet").unwrap();
+        small.write_all(b"whole").unwrap();
+        small.finish().unwrap();
+        assert_eq!(
+            store.get("_rejects.parquet").unwrap().unwrap(),
+            &b"whole"[..]
+        );
+    }
+
+    #[test]
+    fn a_lease_refuses_a_second_holder_frees_on_drop_and_an_expired_one_is_taken_over() {
+        let store = store();
+        let key = "_progress/lock-s000of001";
+        let first = store
+            .lock(key, &Holder("pid 1 on a".into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            store.holder(key).unwrap(),
+            Some(Holder("pid 1 on a".into()))
+        );
+        let refused = store
+            .lock(key, &Holder("pid 2 on b".into()))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused, Holder("pid 1 on a".into()));
+        drop(first);
+        assert_eq!(store.holder(key).unwrap(), None);
+        let expired = Lease {
+            holder: "pid 3 on c".into(),
+            host: "c".into(),
+            pid: 3,
+            expires_ms: now_ms() - 1,
+        };
+        store.put(key, &expired.to_bytes()).unwrap();
+        assert_eq!(
+            store.holder(key).unwrap(),
+            None,
+            "an expired lease holds nothing"
+        );
+        let taken = store.lock(key, &Holder("pid 4 on d".into())).unwrap();
+        assert!(taken.is_ok(), "an expired lease is taken over");
     }
 }

@@ -141,6 +141,16 @@ impl ObjectUrl {
         })
     }
 
+    /// A prefix of `store` named `bucket_url` (`memory://test`): for tests
+    /// against object_store's in-memory store.
+    pub fn with_store(bucket_url: &str, prefix: &str, store: Arc<dyn ObjectStore>) -> Self {
+        ObjectUrl {
+            bucket_url: bucket_url.to_string(),
+            prefix: prefix.trim_matches('/').to_string(),
+            store,
+        }
+    }
+
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
