@@ -75,15 +75,15 @@ pub struct ReaderConfig {
     #[serde(default)]
     pub on_bad_file: OnBadFile,
     /// Row groups fetched at once ahead of the reader threads when the input
-    /// is in object storage (`s3://`, `gs://`, `az://`). Default 8: enough
-    /// in flight to hide a cloud store's latency (see the S3 benchmark);
-    /// each holds one row group's compressed bytes.
+    /// is in object storage (`s3://`, `gs://`, `az://`). Default 16: what
+    /// hid 50 ms a request in benches/cpu/results/s3-concurrency.md (8 did
+    /// not, 32 added nothing); each holds one row group's compressed bytes.
     #[serde(default = "default_fetch_concurrency")]
     pub fetch_concurrency: usize,
 }
 
 fn default_fetch_concurrency() -> usize {
-    8
+    16
 }
 
 /// What to do with an input file that cannot be read.
