@@ -144,8 +144,8 @@ fn chunk_ranges(file: &RemoteFile, row_group: usize, roots: &[usize]) -> Vec<Ran
 
 /// Fetches one row group's projected column chunks (object_store merges
 /// adjacent ranges into one request).
-async fn fetch(file: Arc<RemoteFile>, row_group: usize) -> Result<FetchedBytes, RemoteError> {
-    let ranges = chunk_ranges(&file, row_group, &file.roots);
+async fn fetch(file: &RemoteFile, row_group: usize) -> Result<FetchedBytes, RemoteError> {
+    let ranges = chunk_ranges(file, row_group, &file.roots);
     let bytes = file.store.get_ranges(&file.path, &ranges).await?;
     Ok(FetchedBytes {
         ranges: ranges.iter().map(|r| r.start).zip(bytes).collect(),
@@ -158,12 +158,7 @@ pub(crate) fn fetch_blocking(
     file: &RemoteFile,
     row_group: usize,
 ) -> Result<FetchedBytes, RemoteError> {
-    let ranges = chunk_ranges(file, row_group, &file.roots);
-    let bytes = block_on(file.store.get_ranges(&file.path, &ranges))?;
-    Ok(FetchedBytes {
-        ranges: ranges.iter().map(|r| r.start).zip(bytes).collect(),
-        size: file.size,
-    })
+    block_on(fetch(file, row_group))
 }
 
 /// A unit with its bytes when its file is an object (`None` for a local
@@ -192,7 +187,8 @@ impl Prefetch {
             .map(move |unit| {
                 let file = files.get(unit.file_idx as usize).cloned().flatten();
                 // Spawned, so a fetch progresses while the stream waits.
-                let fetching = file.map(|f| runtime().spawn(fetch(f, unit.row_group)));
+                let fetching =
+                    file.map(|f| runtime().spawn(async move { fetch(&f, unit.row_group).await }));
                 async move {
                     let fetched = match fetching {
                         None => None,
