@@ -10,23 +10,16 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, Overrides, PipelineConfig};
-use crate::local_shards::{LocalShards, LocalShardsError};
+use crate::config::{Overrides, PipelineConfig};
+use crate::local_shards::LocalShards;
 use crate::logging::{self, LogFormat};
 use crate::metrics;
 use crate::pipeline;
-use segpredict_checkpoint::checkpoint::CheckpointError;
-use segpredict_checkpoint::commit::CommitError;
-use segpredict_checkpoint::done::ScanError;
-use segpredict_checkpoint::manifest::ManifestError;
-use segpredict_checkpoint::{StoreError, WriterError};
-use segpredict_core::exit::{Failure, Outcome, Permanent};
-use segpredict_core::shard::{ShardError, ShardSpec};
-use segpredict_reader::{OnBadFile, ReaderError};
-use segpredict_worker::WorkerError;
+use segpredict_core::exit::{self, Context, Outcome};
+use segpredict_core::shard::ShardSpec;
+use segpredict_reader::OnBadFile;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -112,7 +105,7 @@ struct PipelineArgs {
 impl PipelineArgs {
     /// The pipeline file with these values applied (`threads`: `run`'s
     /// reader and writer threads).
-    fn load(self, threads: Option<usize>) -> anyhow::Result<PipelineConfig> {
+    fn load(self, threads: Option<usize>) -> exit::Result<PipelineConfig> {
         let mut config = PipelineConfig::load(&self.pipeline)?;
         config.apply(&Overrides {
             input: self.input,
@@ -326,63 +319,29 @@ pub fn main() -> ExitCode {
             }
             _ => {
                 logging::error(&e);
-                Outcome::Failed(classify(&e))
+                Outcome::Failed(e.failure())
             }
         },
     };
     ExitCode::from(outcome.code())
 }
 
-/// Whether running the same command again may succeed, from the error's
-/// chain: a cause a retry cannot change (settings, inputs, model, a refused
-/// directory, a corrupt file) is permanent; I/O and device failures are not.
-fn classify(error: &anyhow::Error) -> Failure {
-    let permanent = error.chain().any(|cause| {
-        if cause.is::<Permanent>() || cause.is::<ConfigError>() || cause.is::<ShardError>() {
-            return true;
-        }
-        if let Some(e) = cause.downcast_ref::<CheckpointError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<ReaderError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<segpredict_storage::StorageError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<WorkerError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<WriterError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<ManifestError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<CommitError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<ScanError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<StoreError>() {
-            return e.is_permanent();
-        }
-        if let Some(e) = cause.downcast_ref::<LocalShardsError>() {
-            return e.is_permanent();
-        }
-        cause.is::<segpredict_bucketing::BucketingError>()
-            || cause.is::<segpredict_worker::calibrate::CalibrationError>()
-    });
-    match permanent {
-        true => Failure::Permanent,
-        false => Failure::Retryable,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigError;
+    use crate::local_shards::LocalShardsError;
+    use parquet::errors::ParquetError;
+    use segpredict_checkpoint::checkpoint::CheckpointError;
+    use segpredict_checkpoint::commit::CommitError;
+    use segpredict_checkpoint::done::ScanError;
+    use segpredict_checkpoint::manifest::ManifestError;
+    use segpredict_checkpoint::{StoreError, WriterError};
+    use segpredict_core::exit::{Error, Failure};
+    use segpredict_core::shard::ShardError;
+    use segpredict_reader::{DecodeError, ReaderError};
+    use segpredict_report::ReportError;
+    use segpredict_worker::WorkerError;
 
     fn io(kind: std::io::ErrorKind) -> std::io::Error {
         std::io::Error::new(kind, "test")
@@ -396,17 +355,27 @@ mod tests {
         }
     }
 
-    type Case = (anyhow::Error, Failure);
+    /// A read that failed below the parquet crate (it keeps the
+    /// `std::io::Error` as its source).
+    fn parquet_io() -> ParquetError {
+        io(std::io::ErrorKind::TimedOut).into()
+    }
+
+    type Case = (Error, Failure);
 
     /// The command line's, the input's, the model's and the shards' errors.
     fn input_cases() -> Vec<Case> {
         use std::io::ErrorKind::NotFound;
         let path = std::path::PathBuf::from("in.parquet");
         vec![
+            (Error::permanent("usage"), Failure::Permanent),
+            (Error::retryable("shards running"), Failure::Retryable),
+            (crate::pipeline::Interrupted.into(), Failure::Retryable),
             (
-                Permanent(anyhow::anyhow!("usage")).into(),
-                Failure::Permanent,
+                io(std::io::ErrorKind::BrokenPipe).into(),
+                Failure::Retryable,
             ),
+            (io(NotFound).into(), Failure::Permanent),
             (ShardError::NoShards.into(), Failure::Permanent),
             (
                 ConfigError::Read {
@@ -416,6 +385,27 @@ mod tests {
                 .into(),
                 Failure::Permanent,
             ),
+            (
+                WorkerError::ModelMissing { path: path.clone() }.into(),
+                Failure::Permanent,
+            ),
+            (LocalShardsError::NoGpus.into(), Failure::Permanent),
+            (
+                segpredict_bucketing::BucketingError::ZeroBudget.into(),
+                Failure::Permanent,
+            ),
+            (
+                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                Failure::Permanent,
+            ),
+        ]
+    }
+
+    /// The reader's: a read that failed is retryable, a bad file is not.
+    fn reader_cases() -> Vec<Case> {
+        use std::io::ErrorKind::NotFound;
+        let path = std::path::PathBuf::from("in.parquet");
+        vec![
             (
                 ReaderError::Missing { path: path.clone() }.into(),
                 Failure::Permanent,
@@ -429,16 +419,37 @@ mod tests {
                 Failure::Retryable,
             ),
             (
-                WorkerError::ModelMissing { path: path.clone() }.into(),
+                ReaderError::NotParquet {
+                    path: path.clone(),
+                    source: parquet_io(),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                ReaderError::NotParquet {
+                    path: path.clone(),
+                    source: ParquetError::General("bad magic".into()),
+                }
+                .into(),
                 Failure::Permanent,
             ),
-            (LocalShardsError::NoGpus.into(), Failure::Permanent),
             (
-                segpredict_bucketing::BucketingError::ZeroBudget.into(),
-                Failure::Permanent,
+                ReaderError::Decode {
+                    path: path.clone(),
+                    row_group: 3,
+                    source: DecodeError::Parquet(parquet_io()),
+                }
+                .into(),
+                Failure::Retryable,
             ),
             (
-                segpredict_worker::calibrate::CalibrationError::NotCuda.into(),
+                ReaderError::Decode {
+                    path: path.clone(),
+                    row_group: 3,
+                    source: DecodeError::Corrupt("page".into()),
+                }
+                .into(),
                 Failure::Permanent,
             ),
         ]
@@ -468,6 +479,13 @@ mod tests {
                 ManifestError::Store(store(StorageFull)).into(),
                 Failure::Retryable,
             ),
+        ]
+    }
+
+    /// The checkpoint's, the commit's and the report's.
+    fn checkpoint_cases() -> Vec<Case> {
+        use std::io::ErrorKind::StorageFull;
+        vec![
             (
                 CheckpointError::Foreign {
                     location: "o".into(),
@@ -497,17 +515,36 @@ mod tests {
                 CommitError::Store(store(StorageFull)).into(),
                 Failure::Retryable,
             ),
+            (
+                ScanError::Parquet {
+                    location: "p".into(),
+                    source: parquet_io(),
+                }
+                .into(),
+                Failure::Retryable,
+            ),
+            (
+                ReportError::Json(serde_json::from_str::<u8>("x").unwrap_err()).into(),
+                Failure::Permanent,
+            ),
         ]
     }
 
     /// One case per error type (and per variant where the class depends on
-    /// it), wrapped in context as the pipeline wraps them.
+    /// it), wrapped in context as the pipeline wraps them: the class the
+    /// type gave survives to `main`. (A type without a class does not
+    /// convert at all: the doc tests of `segpredict_core::exit::Classify`.)
     #[test]
     fn each_error_type_says_whether_a_retry_can_help() {
-        let cases = input_cases().into_iter().chain(output_cases());
-        for (error, expected) in cases {
+        let cases = [
+            input_cases(),
+            reader_cases(),
+            output_cases(),
+            checkpoint_cases(),
+        ];
+        for (error, expected) in cases.into_iter().flatten() {
             let error = error.context("running the pipeline");
-            assert_eq!(classify(&error), expected, "{error:#}");
+            assert_eq!(error.failure(), expected, "{error:#}");
         }
     }
 

@@ -3,6 +3,7 @@
 //! This module only loads, resolves relative paths and applies the command
 //! line's overrides; each section's meaning lives with its stage.
 
+use segpredict_core::exit::{Classify, Failure};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -48,6 +49,15 @@ pub enum ConfigError {
         #[source]
         source: TomlError,
     },
+}
+
+impl Classify for ConfigError {
+    fn failure(&self) -> Failure {
+        match self {
+            ConfigError::Read { source, .. } => source.failure(),
+            ConfigError::Parse { .. } => Failure::Permanent,
+        }
+    }
 }
 
 /// A TOML error in one line that names the key and its line. toml's own

@@ -11,14 +11,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use segpredict_core::exit::{Classify, Context, Error, Failure, Result};
 use serde::Deserialize;
 
 use crate::config::PipelineConfig;
 
 mod images;
 use segpredict_bucketing::{BatchingStrategy, Bucketer, BucketingConfig};
-use segpredict_core::exit::Permanent;
 use segpredict_core::message::Segmented;
 use segpredict_reader::{self as reader, ColumnRole, FileSurvey, SegmentCounts};
 
@@ -88,8 +87,9 @@ fn survey(request: &InspectRequest) -> Result<Vec<FileSurvey>> {
     let paths: Vec<PathBuf> = match (&request.paths[..], &request.pipeline) {
         ([], Some(config)) => vec![config.readers.path.clone()],
         ([], None) => {
-            let usage = anyhow!("name a Parquet file, directory or glob, or pass --pipeline");
-            return Err(Permanent(usage).into());
+            return Err(Error::permanent(
+                "name a Parquet file, directory or glob, or pass --pipeline",
+            ));
         }
         (paths, _) => paths.to_vec(),
     };
@@ -100,20 +100,42 @@ fn survey(request: &InspectRequest) -> Result<Vec<FileSurvey>> {
     Ok(files)
 }
 
-/// A calibration file that cannot be read or parsed is a usage error: a
-/// retry of the same command fails the same way.
+/// A calibration file (`inspect --calibration`) that cannot be read or
+/// parsed: a usage error, which a retry of the same command meets again.
+#[derive(Debug, thiserror::Error)]
+enum CalibrationFile {
+    #[error("reading calibration {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a calibration saved by `segpredict calibrate --json`")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Classify for CalibrationFile {
+    fn failure(&self) -> Failure {
+        Failure::Permanent
+    }
+}
+
 fn load_calibration(path: &Path) -> Result<SavedCalibration> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading calibration {}", path.display()))
-        .map_err(Permanent)?;
-    serde_json::from_str(&text)
-        .with_context(|| {
-            format!(
-                "{}: not a calibration saved by `segpredict calibrate --json`",
-                path.display()
-            )
-        })
-        .map_err(|e| Permanent(e).into())
+    let text = std::fs::read_to_string(path).map_err(|source| CalibrationFile::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| {
+        CalibrationFile::Parse {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into()
+    })
 }
 
 fn describe_files(files: &[FileSurvey], out: &mut String) {
@@ -387,7 +409,7 @@ fn plan_config(
     let mut bucketing = config.bucketing.clone();
     if config.auto_budget {
         let Some(calibration) = calibration else {
-            bail!("the pipeline calibrates its budget on the device (max_segments = \"auto\"): pass --calibration FILE, saved by `segpredict calibrate --json FILE`");
+            return Err(Error::permanent("the pipeline calibrates its budget on the device (max_segments = \"auto\"): pass --calibration FILE, saved by `segpredict calibrate --json FILE`"));
         };
         bucketing.max_segments = calibration.max_segments;
         bucketing.size_classes = Some(calibration.size_classes.clone());

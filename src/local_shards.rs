@@ -8,6 +8,7 @@
 //! still gets its children a SIGTERM from the kernel, so a rerun never
 //! races shards left running.
 
+use segpredict_core::exit::{Classify, Failure};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -52,9 +53,11 @@ pub enum LocalShardsError {
     Wait(#[source] std::io::Error),
 }
 
-impl LocalShardsError {
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, LocalShardsError::NoGpus)
+impl LocalShardsError {}
+
+impl Classify for LocalShardsError {
+    fn failure(&self) -> Failure {
+        Failure::permanent_if(matches!(self, LocalShardsError::NoGpus))
     }
 }
 

@@ -56,7 +56,7 @@ pub fn draws_progress_bar() -> bool {
 
 /// The error that ends the command: one line, `segpredict: error: ...` in
 /// text, an ERROR event in JSON.
-pub fn error(error: &anyhow::Error) {
+pub fn error(error: &segpredict_core::exit::Error) {
     match format() {
         LogFormat::Text => eprintln!("segpredict: error: {error:#}"),
         LogFormat::Json => tracing::error!(error = %format!("{error:#}"), "segpredict failed"),

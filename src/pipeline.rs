@@ -13,11 +13,12 @@ mod check;
 mod start;
 mod threads;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use segpredict_core::exit::{Context, Error, Result};
 
 use crate::config::PipelineConfig;
 use attempt::{begin_attempt, finish_shard, Begin};
@@ -38,6 +39,13 @@ use start::{abandon_start, prepare_model};
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted; no output was marked complete")]
 pub struct Interrupted;
+
+/// A rerun resumes (main exits 130/143 for it when a signal was received).
+impl Classify for Interrupted {
+    fn failure(&self) -> Failure {
+        Failure::Retryable
+    }
+}
 
 /// The model worker for the pipeline's model, columns and padding.
 fn load_worker(config: &PipelineConfig) -> Result<Worker> {
@@ -81,11 +89,10 @@ pub fn speed(
     bucketing.settle_for_device(model.device().is_cuda());
     let segments = segments.unwrap_or(bucketing.max_segments);
     if let Some(limit) = model.max_segments().filter(|&limit| segments > limit) {
-        return Err(segpredict_core::exit::Permanent(anyhow::anyhow!(
+        return Err(Error::permanent(format!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); asked for {segments}",
             config.model.path.display()
-        ))
-        .into());
+        )));
     }
     let data = match on_input {
         true => Some(input_segments(config, segments)?),
@@ -103,10 +110,10 @@ fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
     let data = segpredict_reader::leading_segments(&config.readers, segments)
         .with_context(|| format!("reading segments from {}", config.readers.path.display()))?;
     if data.is_empty() {
-        bail!(
+        return Err(Error::permanent(format!(
             "{}: no segments to time the model on",
             config.readers.path.display()
-        );
+        )));
     }
     Ok(data)
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::Result;
+use segpredict_core::exit::Result;
 
 use super::RunArgs;
 use crate::local_shards::LocalShards;
@@ -13,7 +13,7 @@ use crate::logging;
 use crate::metrics;
 use crate::pipeline::{self, RunEnd, RunOptions};
 use segpredict_checkpoint::commit::{CommitState, RunSummary};
-use segpredict_core::exit::{self, Outcome, Permanent};
+use segpredict_core::exit::{self, Error, Outcome};
 use segpredict_core::shard::{ShardSpec, COMPLETION_INDEX_VAR};
 use segpredict_worker as worker;
 
@@ -69,8 +69,9 @@ pub(super) fn shard_of(args: &RunArgs) -> Result<ShardSpec> {
 pub(super) fn reject_fraction(args: &RunArgs) -> Result<f64> {
     let fraction = args.max_reject_fraction;
     if !(0.0..=1.0).contains(&fraction) {
-        let e = anyhow::anyhow!("--max-reject-fraction must be between 0 and 1, not {fraction}");
-        return Err(Permanent(e).into());
+        return Err(Error::permanent(format!(
+            "--max-reject-fraction must be between 0 and 1, not {fraction}"
+        )));
     }
     Ok(fraction)
 }

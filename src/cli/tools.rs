@@ -3,8 +3,8 @@
 //! (`calibrate`), time the model alone (`speed`), commit a sharded run by hand (`commit`), and the shell
 //! completions and manual page.
 
-use anyhow::{Context, Result};
 use clap::CommandFactory;
+use segpredict_core::exit::{Context, Error, Failure, Result};
 
 use super::{CalibrateArgs, Cli, InspectArgs, RunArgs, SpeedArgs};
 use crate::config::{Overrides, PipelineConfig};
@@ -81,11 +81,12 @@ pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
             crate::logging::result(&text, "run committed", serde_json::json!({ "rows": rows }));
             Ok(Outcome::Done)
         }
-        CommitState::Waiting(missing) => Err(anyhow::anyhow!(
+        // The missing shards may still be running: a later commit succeeds.
+        CommitState::Waiting(missing) => Err(Error::retryable(format!(
             "{}: cannot commit yet: {} not done",
             dir.display(),
             super::run::describe_missing(&missing)
-        )),
+        ))),
     }
 }
 
@@ -109,7 +110,9 @@ fn load_on_device(
 /// `--json FILE`: the measurement, pretty-printed.
 fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<()> {
     if let Some(path) = path {
-        let text = serde_json::to_string_pretty(value)?;
+        // Our own measurement that does not serialise does so every time.
+        let text = serde_json::to_string_pretty(value)
+            .map_err(|e| Error::classified(Failure::Permanent, e))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

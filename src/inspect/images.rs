@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
+use segpredict_core::exit::{Error, Failure, Result};
 
 use crate::config::PipelineConfig;
 use segpredict_reader::image::survey::{
@@ -37,7 +37,12 @@ pub fn describe_images(
     pipeline: Option<&PipelineConfig>,
     out: &mut String,
 ) -> Result<()> {
-    let data_type = files[0].schema.field_with_name(column)?.data_type();
+    // A column the files do not have stays missing on a retry.
+    let data_type = files[0]
+        .schema
+        .field_with_name(column)
+        .map_err(|e| Error::classified(Failure::Permanent, e))?
+        .data_type();
     let configured = pipeline_images(pipeline, column);
     if !can_hold_images(data_type) {
         return Ok(());

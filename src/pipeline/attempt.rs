@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use segpredict_core::exit::{Context, Error, Result};
 
 use super::{RunEnd, RunOptions};
 use crate::config::PipelineConfig;
@@ -158,12 +158,13 @@ pub(super) fn finish_shard(
 ) -> Result<RunReport> {
     let report = RunReport::from_stages(facts, &stages);
     // The accounting invariant: every input row is predicted or rejected, once.
+    // Retryable: the shard is not marked done, so a rerun resumes from
+    // what was committed and counts again.
     if !report.rows.balances() {
-        bail!(
+        return Err(Error::retryable(format!(
             "row accounting failed: {} over {} attempt(s); the output is incomplete",
-            report.rows,
-            report.attempts
-        );
+            report.rows, report.attempts
+        )));
     }
     let attempt = &begin.attempt;
     let svg = report.to_svg()?;

@@ -1,7 +1,7 @@
 //! `segpredict check`: everything `run` checks before its first row, with
 //! its errors and the checkpoint's own verdict, and nothing written.
 
-use anyhow::{bail, Context, Result};
+use segpredict_core::exit::{Context, Result};
 
 use super::attempt::checkpoint_of;
 use super::load_worker;
@@ -41,7 +41,7 @@ pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
     if config.auto_budget {
         memory_target(config)?;
         if !model.device().is_cuda() {
-            bail!(CalibrationError::NotCuda);
+            return Err(CalibrationError::NotCuda.into());
         }
     }
     config.writers.validate()?;

@@ -6,14 +6,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use segpredict_core::exit::{Error, Result};
 
 use super::attempt::{run_facts, Begin};
 use super::threads::Prepared;
 use super::{load_worker, Interrupted};
 use crate::config::PipelineConfig;
 use segpredict_bucketing::{default_size_classes, Bucketer};
-use segpredict_core::exit::Permanent;
 use segpredict_core::message::{BatchingStrategy, Calibration, Row};
 use segpredict_reader::ReadPlan;
 use segpredict_worker::calibrate::{parse_size, CalibrationError};
@@ -56,11 +55,10 @@ pub(super) fn check_model_bound(config: &PipelineConfig, model: &Worker) -> Resu
     };
     match over_the_bound(config, limit) {
         // A setting to change, not a failure a retry could get past.
-        Some(why) => Err(Permanent(anyhow!(
+        Some(why) => Err(Error::permanent(format!(
             "{} takes at most {limit} segments a batch (the bound it was exported with); {why}",
             config.model.path.display()
-        ))
-        .into()),
+        ))),
         None => Ok(()),
     }
 }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{Scope, ScopedJoinHandle};
 
-use anyhow::Result;
 use crossbeam_channel::{bounded, Receiver};
+use segpredict_core::exit::{Error, Result};
 
 use crate::config::PipelineConfig;
 use crate::progress::show_progress;
@@ -180,7 +180,7 @@ fn spawn<'scope, T, E, K>(
 ) -> Stage<'scope, T>
 where
     T: Send + 'scope,
-    E: Into<anyhow::Error>,
+    E: Into<Error>,
     K: Send + 'scope,
 {
     scope.spawn(move || {
@@ -286,6 +286,8 @@ impl Running<'_> {
 fn joined<T>(stage: Stage<'_, T>, cancel: &AtomicBool) -> Result<T> {
     stage.join().unwrap_or_else(|_| {
         cancel.store(true, Ordering::Relaxed);
-        Err(anyhow::anyhow!("a pipeline stage panicked"))
+        // A bug, not the data's fault (decoder panics on data are caught
+        // as bad files); the rerun resumes.
+        Err(Error::retryable("a pipeline stage panicked"))
     })
 }

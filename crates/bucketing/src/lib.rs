@@ -23,6 +23,7 @@ mod stage;
 pub use size_classes::{default_size_classes, pad_to_class};
 pub use stage::run_bucketing;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::collections::{BTreeMap, VecDeque};
 
 use size_classes::classes_under_budget;
@@ -140,6 +141,13 @@ pub enum BucketingError {
     LargestClassNotBudget { largest: usize, max_segments: usize },
     #[error("bucketing: the segment budget can only be lowered, not raised from {current} to {requested}")]
     BudgetNotLowered { current: usize, requested: usize },
+}
+
+/// Every variant is a setting: the same on every try.
+impl Classify for BucketingError {
+    fn failure(&self) -> Failure {
+        Failure::Permanent
+    }
 }
 
 impl BucketingConfig {

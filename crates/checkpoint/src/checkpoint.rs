@@ -6,6 +6,7 @@
 //! several shards commit the whole run (`commit.rs`). Everything goes
 //! through a [`Store`]; every name is `layout.rs`'s.
 
+use segpredict_core::exit::{Classify, Failure};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -49,18 +50,22 @@ pub enum CheckpointError {
     },
 }
 
-impl CheckpointError {
+impl CheckpointError {}
+
+impl Classify for CheckpointError {
     /// A retry of the same command fails the same way.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
             CheckpointError::Refused { .. }
             | CheckpointError::Unmanaged { .. }
             | CheckpointError::Foreign { .. }
-            | CheckpointError::Marker { .. } => true,
+            | CheckpointError::Marker { .. } => Failure::Permanent,
             // The other process may end: a retry can succeed.
-            CheckpointError::Locked { .. } | CheckpointError::AttemptTaken { .. } => false,
-            CheckpointError::Store(e) => e.is_permanent(),
-            CheckpointError::Manifest(e) => e.is_permanent(),
+            CheckpointError::Locked { .. } | CheckpointError::AttemptTaken { .. } => {
+                Failure::Retryable
+            }
+            CheckpointError::Store(e) => e.failure(),
+            CheckpointError::Manifest(e) => e.failure(),
         }
     }
 }

@@ -14,6 +14,7 @@
 use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::reader::{FileReader, SerializedFileReader};
+use segpredict_core::exit::{content_or_io, Classify, Failure};
 use serde::{Deserialize, Serialize};
 
 use crate::batch_parts::merge_batches;
@@ -80,18 +81,20 @@ pub enum CommitError {
     },
 }
 
-impl CommitError {
+impl CommitError {}
+
+impl Classify for CommitError {
     /// Accounting that does not add up, or a run that is not there, stays
     /// so on a retry; reading and writing may succeed next time.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
-            CommitError::NoRun { .. } | CommitError::Accounting { .. } => true,
-            CommitError::Parquet { .. } | CommitError::Arrow { .. } | CommitError::Json { .. } => {
-                true
-            }
-            CommitError::Checkpoint(e) => e.is_permanent(),
-            CommitError::Writer(e) => e.is_permanent(),
-            CommitError::Store(e) => e.is_permanent(),
+            CommitError::NoRun { .. } | CommitError::Accounting { .. } => Failure::Permanent,
+            CommitError::Parquet { source, .. } => content_or_io(source),
+            CommitError::Arrow { source, .. } => content_or_io(source),
+            CommitError::Json { .. } => Failure::Permanent,
+            CommitError::Checkpoint(e) => e.failure(),
+            CommitError::Writer(e) => e.failure(),
+            CommitError::Store(e) => e.failure(),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! from the store (one get, as an object store serves it; bounded by
 //! `rows_per_file`) and only those two columns are decoded.
 
+use segpredict_core::exit::{content_or_io, Classify, Failure};
 use std::collections::HashMap;
 
 use arrow::array::{Array, AsArray};
@@ -50,13 +51,19 @@ pub enum ScanError {
     },
 }
 
-impl ScanError {
+impl ScanError {}
+
+impl Classify for ScanError {
     /// A committed file that does not read as ours stays so; a store that
     /// failed to read it may not.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
-            ScanError::Store(e) => e.is_permanent(),
-            _ => true,
+            ScanError::Store(e) => e.failure(),
+            ScanError::Parquet { source, .. } => content_or_io(source),
+            ScanError::Arrow { source, .. } => content_or_io(source),
+            ScanError::Content { .. }
+            | ScanError::UnknownSource { .. }
+            | ScanError::Done { .. } => Failure::Permanent,
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod reject_parts;
 pub mod store;
 mod thread;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,24 +139,26 @@ pub enum WriterError {
     UnknownLabel { label_id: i32, n_labels: usize },
 }
 
-impl WriterError {
+impl WriterError {}
+
+impl Classify for WriterError {
     /// Settings, labels and malformed committed files stay as they are on
     /// a retry; a full disk or a flaky store may not.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
-            WriterError::Dir { source, .. } => matches!(
+            WriterError::Dir { source, .. } => Failure::permanent_if(matches!(
                 source.kind(),
                 std::io::ErrorKind::NotADirectory
                     | std::io::ErrorKind::PermissionDenied
                     | std::io::ErrorKind::ReadOnlyFilesystem
-            ),
-            WriterError::Store(e) => e.is_permanent(),
+            )),
+            WriterError::Store(e) => e.failure(),
             WriterError::Parquet { .. }
             | WriterError::Arrow { .. }
-            | WriterError::Closed { .. } => false,
+            | WriterError::Closed { .. } => Failure::Retryable,
             WriterError::Content { .. }
             | WriterError::Config(_)
-            | WriterError::UnknownLabel { .. } => true,
+            | WriterError::UnknownLabel { .. } => Failure::Permanent,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! that varies between attempts (start time, host, shard index) is in it, so
 //! every shard of a run writes the same bytes and any of them may write it.
 
+use segpredict_core::exit::{Classify, Failure};
 use std::io::Read;
 use std::path::Path;
 
@@ -82,12 +83,14 @@ pub enum ManifestError {
     },
 }
 
-impl ManifestError {
+impl ManifestError {}
+
+impl Classify for ManifestError {
     /// A manifest that does not parse stays so; a store may recover.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
-            ManifestError::Store(e) => e.is_permanent(),
-            ManifestError::Parse { .. } | ManifestError::OtherFormat { .. } => true,
+            ManifestError::Store(e) => e.failure(),
+            ManifestError::Parse { .. } | ManifestError::OtherFormat { .. } => Failure::Permanent,
         }
     }
 }

@@ -19,6 +19,7 @@
 //! [`LocalStore`] keeps these with a temporary file, fsync, rename and a
 //! directory fsync. Nothing above this module names `std::fs` for output.
 
+use segpredict_core::exit::{Classify, Failure};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -40,19 +41,21 @@ pub struct StoreError {
 }
 
 impl StoreError {
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.source.kind()
+    }
+}
+
+impl Classify for StoreError {
     /// Whether the same call can succeed later (a full disk, a flaky mount,
     /// a network store's 5xx), or never will (permissions, a file where a
     /// folder should be).
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         use std::io::ErrorKind::*;
-        matches!(
+        Failure::permanent_if(matches!(
             self.source.kind(),
             NotADirectory | IsADirectory | PermissionDenied | ReadOnlyFilesystem | InvalidInput
-        )
-    }
-
-    pub fn kind(&self) -> std::io::ErrorKind {
-        self.source.kind()
+        ))
     }
 }
 

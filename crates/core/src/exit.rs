@@ -12,6 +12,8 @@
 //!
 //! clap's own usage errors exit 2 too, which fits: a usage error is permanent.
 
+use std::fmt::{Debug, Display};
+
 /// How a run ended, as a scheduler needs to know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -26,6 +28,15 @@ pub enum Outcome {
 pub enum Failure {
     Retryable,
     Permanent,
+}
+
+impl Failure {
+    pub fn permanent_if(permanent: bool) -> Failure {
+        match permanent {
+            true => Failure::Permanent,
+            false => Failure::Retryable,
+        }
+    }
 }
 
 /// The signal that interrupted a run.
@@ -93,12 +104,199 @@ pub fn completed(rows_rejected: u64, rows_in: u64, max_fraction: f64) -> Outcome
     }
 }
 
-/// Marks an error as permanent where its type alone does not say so (a
-/// refused output directory, a manifest that differs): the top of the
-/// program maps it to exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct Permanent(pub anyhow::Error);
+/// Whether another attempt of the same command can succeed. Every error
+/// type that reaches `main` says so here: [`Error`] converts only from
+/// types that implement it, so an error type without a class is a compile
+/// error, never a silent default.
+///
+/// ```compile_fail
+/// use segpredict_core::exit::Result;
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("a new error")]
+/// struct Unclassified;
+/// fn step() -> Result<()> {
+///     Err(Unclassified)?
+/// }
+/// ```
+///
+/// The same with its class compiles:
+///
+/// ```
+/// use segpredict_core::exit::{Classify, Failure, Result};
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("a new error")]
+/// struct Classified;
+/// impl Classify for Classified {
+///     fn failure(&self) -> Failure {
+///         Failure::Permanent
+///     }
+/// }
+/// fn step() -> Result<()> {
+///     Err(Classified)?
+/// }
+/// assert_eq!(step().unwrap_err().failure(), Failure::Permanent);
+/// ```
+pub trait Classify {
+    fn failure(&self) -> Failure;
+
+    fn is_permanent(&self) -> bool {
+        self.failure() == Failure::Permanent
+    }
+}
+
+/// An error on its way to `main`, with its class fixed where it was made;
+/// context added on the way keeps the class.
+pub struct Error {
+    failure: Failure,
+    error: anyhow::Error,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl<E> From<E> for Error
+where
+    E: Classify + std::error::Error + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        Error {
+            failure: error.failure(),
+            error: error.into(),
+        }
+    }
+}
+
+impl Error {
+    /// A message a retry cannot change: usage, a refused setting, an input
+    /// that does not fit.
+    pub fn permanent<M: Display + Debug + Send + Sync + 'static>(message: M) -> Self {
+        Error {
+            failure: Failure::Permanent,
+            error: anyhow::Error::msg(message),
+        }
+    }
+
+    /// A message about a state another attempt may not meet: a stage that
+    /// died, shards still running.
+    pub fn retryable<M: Display + Debug + Send + Sync + 'static>(message: M) -> Self {
+        Error {
+            failure: Failure::Retryable,
+            error: anyhow::Error::msg(message),
+        }
+    }
+
+    /// A foreign error type classified where it happens, for the one call
+    /// site that knows what it means.
+    pub fn classified<E>(failure: Failure, error: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error {
+            failure,
+            error: error.into(),
+        }
+    }
+
+    pub fn failure(&self) -> Failure {
+        self.failure
+    }
+
+    pub fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Self {
+        Error {
+            failure: self.failure,
+            error: self.error.context(context),
+        }
+    }
+
+    pub fn downcast_ref<T: Display + Debug + Send + Sync + 'static>(&self) -> Option<&T> {
+        self.error.downcast_ref()
+    }
+
+    pub fn chain(&self) -> anyhow::Chain<'_> {
+        self.error.chain()
+    }
+}
+
+impl Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Display::fmt(&self.error, f)
+    }
+}
+
+impl Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Debug::fmt(&self.error, f)
+    }
+}
+
+/// `anyhow::Context` for classified errors: the message is added, the
+/// class kept.
+pub trait Context<T> {
+    fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Result<T>;
+
+    fn with_context<C, F>(self, context: F) -> Result<T>
+    where
+        C: Display + Send + Sync + 'static,
+        F: FnOnce() -> C;
+}
+
+impl<T, E> Context<T> for std::result::Result<T, E>
+where
+    E: Classify + std::error::Error + Send + Sync + 'static,
+{
+    fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Result<T> {
+        self.map_err(|e| Error::from(e).context(context))
+    }
+
+    fn with_context<C, F>(self, context: F) -> Result<T>
+    where
+        C: Display + Send + Sync + 'static,
+        F: FnOnce() -> C,
+    {
+        self.map_err(|e| Error::from(e).context(context()))
+    }
+}
+
+impl<T> Context<T> for Result<T> {
+    fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Result<T> {
+        self.map_err(|e| e.context(context))
+    }
+
+    fn with_context<C, F>(self, context: F) -> Result<T>
+    where
+        C: Display + Send + Sync + 'static,
+        F: FnOnce() -> C,
+    {
+        self.map_err(|e| e.context(context()))
+    }
+}
+
+/// A file's content that does not read is the content's fault (permanent),
+/// unless an I/O error lies underneath: a flaky mount's read may succeed
+/// next time. The parquet and arrow crates keep `std::io::Error` as their
+/// error's source.
+pub fn content_or_io(error: &(dyn std::error::Error + 'static)) -> Failure {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<std::io::Error>() {
+            return Failure::Retryable;
+        }
+        cause = e.source();
+    }
+    Failure::Permanent
+}
+
+/// I/O outside any store or reader (a completion script, the manual page
+/// on stdout): the disk or pipe may be back on the next attempt.
+impl Classify for std::io::Error {
+    fn failure(&self) -> Failure {
+        use std::io::ErrorKind::*;
+        match self.kind() {
+            NotFound | PermissionDenied | ReadOnlyFilesystem | NotADirectory | IsADirectory
+            | InvalidInput | InvalidData => Failure::Permanent,
+            _ => Failure::Retryable,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

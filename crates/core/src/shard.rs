@@ -4,6 +4,7 @@
 //! keeps its own; the writer tags file names with the shard. Both see only
 //! this type, so it lives with the other shared vocabulary.
 
+use crate::exit::{Classify, Failure};
 use std::fmt;
 use std::str::FromStr;
 
@@ -28,6 +29,13 @@ pub enum ShardError {
     NoIndex { count: u32 },
     #[error("{COMPLETION_INDEX_VAR}=`{value}` is not a shard index below --shards {count}")]
     BadIndex { value: String, count: u32 },
+}
+
+/// Every variant is the command line or the Job's environment.
+impl Classify for ShardError {
+    fn failure(&self) -> Failure {
+        Failure::Permanent
+    }
 }
 
 impl ShardSpec {

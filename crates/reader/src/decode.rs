@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use super::columns::{ColumnMapping, ExtraKind, SegmentsColumn};
 use super::image::column::{one_per_row, EncodedImages};
 use super::image::ImageDecoder;
+use segpredict_core::exit::{content_or_io, Classify, Failure};
 use segpredict_core::message::{
     ExtraValue, IdKind, Origin, Reject, RejectKind, Row, RowChunk, RowId, RowMeta, SegmentDtype,
 };
@@ -48,6 +49,22 @@ pub enum DecodeError {
     /// The Parquet decoder panicked on this data (a corrupt page).
     #[error("the file is corrupt: the Parquet decoder failed with \"{0}\"")]
     Corrupt(String),
+}
+
+impl Classify for DecodeError {
+    /// The data's own fault, except bytes that could not be read.
+    fn failure(&self) -> Failure {
+        match self {
+            DecodeError::Parquet(e) => content_or_io(e),
+            DecodeError::Arrow(_)
+            | DecodeError::MissingColumn(_)
+            | DecodeError::Cast { .. }
+            | DecodeError::NotAList { .. }
+            | DecodeError::SegmentItems { .. }
+            | DecodeError::Image(..)
+            | DecodeError::Corrupt(_) => Failure::Permanent,
+        }
+    }
 }
 
 fn cast_error(column: &str) -> impl Fn(arrow::error::ArrowError) -> DecodeError + '_ {

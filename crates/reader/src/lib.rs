@@ -39,6 +39,7 @@ pub use survey::{
 use plan::open_builder;
 use remote::{FetchedBytes, RemoteError};
 
+use segpredict_core::exit::{content_or_io, Classify, Failure};
 use segpredict_core::message::{IdKind, ReaderStats, RowChunk};
 
 /// `[readers]`: where the input is and how to decode it.
@@ -164,16 +165,6 @@ pub enum ReaderError {
 }
 
 impl ReaderError {
-    /// Whether a rerun meets the same error: everything but the file
-    /// system's and the network's failures.
-    pub fn is_permanent(&self) -> bool {
-        match self {
-            ReaderError::Io { .. } => false,
-            ReaderError::Storage { source, .. } => source.is_permanent(),
-            _ => true,
-        }
-    }
-
     /// Whether the error is the file's own content (a corrupt page, a
     /// footer that no longer parses), which `on_bad_file = "skip"` turns
     /// into rejects, rather than the file system's (which a retry may fix).
@@ -181,7 +172,28 @@ impl ReaderError {
         matches!(
             self,
             ReaderError::Decode { .. } | ReaderError::NotParquet { .. }
-        )
+        ) && self.is_permanent()
+    }
+}
+
+impl Classify for ReaderError {
+    /// Whether a rerun meets the same error: everything but the file
+    /// system's and the network's failures (an input that cannot be read
+    /// now, a decode pool that could not start).
+    fn failure(&self) -> Failure {
+        match self {
+            ReaderError::Io { .. } | ReaderError::DecodePool(_) => Failure::Retryable,
+            ReaderError::Storage { source, .. } => source.failure(),
+            ReaderError::NotParquet { source, .. } => content_or_io(source),
+            ReaderError::Decode { source, .. } => source.failure(),
+            ReaderError::Missing { .. }
+            | ReaderError::NoMatch { .. }
+            | ReaderError::BadPattern { .. }
+            | ReaderError::Column { .. }
+            | ReaderError::IdKindMismatch { .. }
+            | ReaderError::OutputOverlapsInput { .. }
+            | ReaderError::Config(_) => Failure::Permanent,
+        }
     }
 }
 

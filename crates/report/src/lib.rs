@@ -12,6 +12,7 @@ mod calibration;
 mod memory;
 mod plot;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -452,4 +453,13 @@ pub enum ReportError {
     Json(#[source] serde_json::Error),
     #[error("drawing the run report's plot")]
     Plot(#[source] plot::PlotError),
+}
+
+/// Our own data that does not serialise or draw does the same on a retry.
+impl Classify for ReportError {
+    fn failure(&self) -> Failure {
+        match self {
+            ReportError::Json(_) | ReportError::Plot(_) => Failure::Permanent,
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod counting;
 mod list;
 mod runtime;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,14 +46,16 @@ pub enum StorageError {
     },
 }
 
-impl StorageError {
+impl StorageError {}
+
+impl Classify for StorageError {
     /// Whether trying again cannot help: a malformed URL, a missing bucket
     /// or credentials, a refused permission. Network and server errors are
     /// retryable (object_store already retried them with backoff).
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
-            StorageError::Url { .. } | StorageError::Connect { .. } => true,
-            StorageError::Request { source, .. } => is_permanent(source),
+            StorageError::Url { .. } | StorageError::Connect { .. } => Failure::Permanent,
+            StorageError::Request { source, .. } => Failure::permanent_if(is_permanent(source)),
         }
     }
 }

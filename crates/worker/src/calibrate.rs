@@ -7,6 +7,7 @@
 //! that budget once and shrink it while the measured peak is over.
 
 use super::{alloc, Worker, WorkerError};
+use segpredict_core::exit::{Classify, Failure};
 use segpredict_core::message::{
     Batch, BatchExtra, Calibration, CalibrationPoint, ExtraSpec, FlushReason, InputSpec, LinearFit,
     Origin, RowId, RowMeta,
@@ -37,6 +38,13 @@ pub enum CalibrationError {
         segments: usize,
         target: u64,
     },
+}
+
+/// Settings and a target the model does not fit: the same on every try.
+impl Classify for CalibrationError {
+    fn failure(&self) -> Failure {
+        Failure::Permanent
+    }
 }
 
 /// Parses `20GiB`, `512MiB`, `8GB`, `1.5GiB` or a plain byte count.

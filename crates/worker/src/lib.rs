@@ -17,6 +17,7 @@ pub mod split;
 mod torch_error;
 mod warm;
 
+use segpredict_core::exit::{Classify, Failure};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -206,20 +207,22 @@ pub enum WorkerError {
     Calibration(#[from] calibrate::CalibrationError),
 }
 
-impl WorkerError {
+impl WorkerError {}
+
+impl Classify for WorkerError {
     /// A retry of the same command fails the same way: the model, its
     /// labels or its settings are wrong for these inputs. A device that
     /// failed (CUDA error, out of memory, no GPU on this node) may not.
-    pub fn is_permanent(&self) -> bool {
+    fn failure(&self) -> Failure {
         match self {
             WorkerError::ModelLoad { source, .. }
             | WorkerError::ChannelsLast { source, .. }
-            | WorkerError::Forward { source, .. } => !source.is_device_failure(),
-            WorkerError::Probe { source, .. } => !source.is_device_failure(),
+            | WorkerError::Forward { source, .. } => source.failure(),
+            WorkerError::Probe { source, .. } => source.failure(),
             WorkerError::Warm { source, .. } | WorkerError::Speed { source, .. } => {
-                !source.is_device_failure()
+                source.failure()
             }
-            WorkerError::NoCuda(_) | WorkerError::Stats(_) => false,
+            WorkerError::NoCuda(_) | WorkerError::Stats(_) => Failure::Retryable,
             WorkerError::ModelMissing { .. }
             | WorkerError::Aoti(_)
             | WorkerError::Labels { .. }
@@ -227,7 +230,7 @@ impl WorkerError {
             | WorkerError::BadDevice(_)
             | WorkerError::CudnnNeedsPadding
             | WorkerError::StreamsNeedCuda(_)
-            | WorkerError::Calibration(_) => true,
+            | WorkerError::Calibration(_) => Failure::Permanent,
         }
     }
 }

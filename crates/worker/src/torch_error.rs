@@ -2,6 +2,7 @@
 //! out-of-memory is the one the worker recovers from.
 
 use super::alloc::ShimError;
+use segpredict_core::exit::{Classify, Failure};
 
 /// A libtorch (or shim) failure while loading or running the model.
 ///
@@ -103,6 +104,13 @@ fn first_line(error: &tch::TchError) -> String {
         .unwrap_or(&text)
         .trim()
         .to_string()
+}
+
+impl Classify for TorchError {
+    /// A device that failed may not fail again; the model's own error will.
+    fn failure(&self) -> Failure {
+        Failure::permanent_if(!self.is_device_failure())
+    }
 }
 
 #[cfg(test)]
