@@ -10,7 +10,7 @@ use super::{CalibrateArgs, Cli, InspectArgs, RunArgs, SpeedArgs};
 use crate::config::{Overrides, PipelineConfig};
 use crate::pipeline;
 use segpredict_checkpoint::checkpoint::Verdict;
-use segpredict_checkpoint::commit::{commit_run, CommitState, Totals};
+use segpredict_checkpoint::commit::{commit_by_hand, CommitState, Totals};
 use segpredict_checkpoint::layout::COMMIT_TAG;
 use segpredict_core::exit::Outcome;
 use segpredict_report as report;
@@ -75,7 +75,7 @@ pub(super) fn man() -> Result<()> {
 /// `segpredict commit DIR`.
 pub(super) fn commit(dir: &std::path::Path) -> Result<Outcome> {
     let store = segpredict_checkpoint::open_store(dir, COMMIT_TAG)?;
-    match commit_run(store.as_ref())? {
+    match commit_by_hand(store.as_ref())? {
         CommitState::Committed(Totals { rows, .. }) => {
             let text = format!("{}: committed: {rows}", dir.display());
             crate::logging::result(&text, "run committed", serde_json::json!({ "rows": rows }));

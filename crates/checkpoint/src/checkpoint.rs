@@ -373,27 +373,11 @@ impl Checkpoint {
     /// Takes the lock of every shard of runs of `counts` shards but this
     /// process's own (which it holds), or names a holder.
     fn lock_other_shards(&self, counts: &[u32]) -> Result<Vec<Box<dyn Lock>>, CheckpointError> {
-        let mut held = Vec::new();
-        for &count in counts {
-            for index in 0..count {
-                let shard = ShardSpec { index, count };
-                if shard == self.shard {
-                    continue;
-                }
-                let key = OutputLayout::lock_of(shard);
-                match self.store.lock(&key, &Holder(holder_text()))? {
-                    Ok(lock) => held.push(lock),
-                    Err(holder) => {
-                        return Err(CheckpointError::Locked {
-                            location: self.store.location(),
-                            shard,
-                            holder,
-                        })
-                    }
-                }
-            }
-        }
-        Ok(held)
+        let shards = counts
+            .iter()
+            .flat_map(|&count| (0..count).map(move |index| ShardSpec { index, count }))
+            .filter(|&shard| shard != self.shard);
+        lock_shards(self.store.as_ref(), shards)
     }
 
     /// A shard killed while committing, whose run another shard then
@@ -503,6 +487,27 @@ fn describe(count: usize, first: &str) -> String {
 }
 
 /// Who holds a shard's lock, for the process refused next.
+/// Takes the lock of each of `shards`, or names the first one held.
+pub fn lock_shards(
+    store: &dyn Store,
+    shards: impl IntoIterator<Item = ShardSpec>,
+) -> Result<Vec<Box<dyn Lock>>, CheckpointError> {
+    let mut held = Vec::new();
+    for shard in shards {
+        match store.lock(&OutputLayout::lock_of(shard), &Holder(holder_text()))? {
+            Ok(lock) => held.push(lock),
+            Err(holder) => {
+                return Err(CheckpointError::Locked {
+                    location: store.location(),
+                    shard,
+                    holder,
+                })
+            }
+        }
+    }
+    Ok(held)
+}
+
 fn holder_text() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -716,6 +721,34 @@ mod tests {
             "another shard's temporary file was removed"
         );
         assert_eq!(shards_done(&store, 3).unwrap().unwrap_err(), vec![0, 2]);
+    }
+
+    #[test]
+    fn commit_by_hand_waits_for_running_shards_and_removes_a_killed_commits_leftovers() {
+        use crate::commit::{commit_by_hand, CommitError, CommitState};
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let shard = |i| ShardSpec::new(i, 2).unwrap();
+        let c1 = checkpoint(out, manifest(2), shard(1), false);
+        let running = begin(&c1);
+        let by_hand = LocalStore::new(out).tagged(crate::layout::COMMIT_TAG);
+        let leftover = crate::layout::temp_key(SUCCESS, "commit-9-0");
+        by_hand.put(&leftover, b"").unwrap();
+        match commit_by_hand(&by_hand) {
+            Err(CommitError::Checkpoint(CheckpointError::Locked { shard: held, .. })) => {
+                assert_eq!(held, shard(1))
+            }
+            other => panic!("a running shard must refuse the commit: {other:?}"),
+        }
+        assert!(keys(out).contains(&leftover), "removed while refused");
+        drop(running);
+        match commit_by_hand(&by_hand).unwrap() {
+            CommitState::Waiting(missing) => assert_eq!(missing, vec![0, 1]),
+            other => panic!("{other:?}"),
+        }
+        let left = keys(out);
+        assert!(!left.contains(&leftover), "{left:?}");
+        assert!(left.iter().all(|k| !k.contains(".inprogress")), "{left:?}");
     }
 
     #[test]

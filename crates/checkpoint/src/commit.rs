@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::batch_parts::merge_batches;
 use crate::checkpoint::{self, Committed, ShardDone};
-use crate::layout::{self, DataKind, BATCHES, REJECTS, REPORT_JSON, SUCCESS};
+use crate::layout::{self, DataKind, BATCHES, COMMIT_TAG, REJECTS, REPORT_JSON, SUCCESS};
 use crate::manifest::RunManifest;
 use crate::reject_parts::merge_rejects;
 use crate::store::{Store, StoreError};
@@ -27,6 +27,7 @@ use crate::WriterError;
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::done::Finished;
 use segpredict_core::message::SkippedFile;
+use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
 
 /// Totals over every shard of a run: what `_report.json` records of the
@@ -145,11 +146,7 @@ impl RunSummary {
 
 /// Commits the run in `store` if every shard is done.
 pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
-    let manifest = RunManifest::read(store)
-        .map_err(checkpoint::CheckpointError::from)?
-        .ok_or_else(|| CommitError::NoRun {
-            location: store.location(),
-        })?;
+    let manifest = read_manifest(store)?;
     let shards = match checkpoint::shards_done(store, manifest.shards)? {
         Ok(shards) => shards,
         Err(missing) => return Ok(CommitState::Waiting(missing)),
@@ -175,6 +172,32 @@ pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
     write_report(store, shards, totals)?;
     store.put(SUCCESS, b"")?;
     Ok(CommitState::Committed(totals))
+}
+
+fn read_manifest(store: &dyn Store) -> Result<RunManifest, CommitError> {
+    RunManifest::read(store)
+        .map_err(checkpoint::CheckpointError::from)?
+        .ok_or_else(|| CommitError::NoRun {
+            location: store.location(),
+        })
+}
+
+/// `segpredict commit`: the run's commit by a process of no shard, through
+/// a store tagged [`COMMIT_TAG`]. It holds every shard's lock while it
+/// commits (refused, naming the holder, while a shard runs or commits), so
+/// no other process writes `commit`-tagged temporary files meanwhile, and
+/// it removes those a killed `segpredict commit` left.
+pub fn commit_by_hand(store: &dyn Store) -> Result<CommitState, CommitError> {
+    let count = read_manifest(store)?.shards;
+    let shards = (0..count).map(|index| ShardSpec { index, count });
+    let _locks = checkpoint::lock_shards(store, shards)?;
+    for key in store.list("")? {
+        if layout::is_temporary_of(&key, COMMIT_TAG) {
+            store.delete(&key)?;
+            tracing::info!(file = %store.locate(&key), "removed a killed commit's temporary file");
+        }
+    }
+    commit_run(store)
 }
 
 /// Every shard's rows add up, the shards cover the input, and the committed

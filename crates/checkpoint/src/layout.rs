@@ -160,9 +160,14 @@ fn file_name(key: &str) -> &str {
     key.rsplit_once('/').map_or(key, |(_, name)| name)
 }
 
+/// A temporary file of ours: only where this program writes (the top and
+/// `_progress/`), so a dot-file of that shape deeper down is not ours.
 fn is_temporary(key: &str) -> bool {
     let name = file_name(key);
-    name.starts_with('.') && name.ends_with(IN_PROGRESS_SUFFIX)
+    let folder = &key[..key.len() - name.len()];
+    (folder.is_empty() || folder == "_progress/")
+        && name.starts_with('.')
+        && name.ends_with(IN_PROGRESS_SUFFIX)
 }
 
 /// The temporary key `key` is written under by the process tagged
@@ -389,6 +394,9 @@ mod tests {
             ".hidden",
             "_progress/notes.txt",
             "_SUCCESS.bak",
+            // Our temporary names' shape, but where we never write.
+            "year=2026/.part-00000.parquet.s000of001-7-0.inprogress",
+            "_progress/old/.done-s000of001.json.s000of001-7-0.inprogress",
         ] {
             assert!(!is_ours(key), "{key}");
         }
