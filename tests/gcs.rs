@@ -1,7 +1,8 @@
 //! Google Cloud Storage end to end, against fake-gcs-server on loopback
 //! (`util::GcsServer`): the sample read from a `gs://` prefix equals the
 //! local run row for row, and so does a glob over a prefix with other
-//! objects in it; `inspect` reads a prefix and a single object (HEAD).
+//! objects in it; `inspect` reads a prefix and a single object (HEAD);
+//! the harness stores, lists and reads back, and its server dies with it.
 //!
 //! Writing to `gs://` does not run against it: object_store writes through
 //! the XML API (`PUT /BUCKET/KEY`, `x-goog-if-generation-match` for the
@@ -99,6 +100,29 @@ fn a_glob_over_a_gcs_prefix_reads_only_the_matching_objects() {
     run.expect_code(0);
     assert_eq!(sorted_rows(&out), sorted_rows(&local.output));
     assert_eq!(read_output(&out).len(), 300, "{}", run.describe());
+}
+
+#[test]
+fn the_gcs_harness_stores_lists_and_reads_back_and_its_server_dies_when_dropped() {
+    let server = GcsServer::start();
+    let bucket = server.unique_bucket("harness");
+    let names = [
+        "out/a.parquet",
+        "out/b b.parquet",
+        "out/c/_SUCCESS",
+        "out/d&e",
+        "outside",
+    ];
+    for (n, name) in names.iter().enumerate() {
+        server.upload(&bucket, name, &vec![n as u8; 1000 + n]);
+    }
+    assert_eq!(server.list(&bucket, "out/"), &names[..4]);
+    assert_eq!(server.get(&bucket, "out/b b.parquet"), vec![1u8; 1001]);
+    let pid = server.pid();
+    drop(server);
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid as i32, 0) == 0 };
+    assert!(!alive, "fake-gcs-server (pid {pid}) outlived its GcsServer");
 }
 
 /// The request object_store's GCS client sends for `put` (XML API, the
