@@ -1,7 +1,8 @@
 //! Google Cloud Storage end to end, against fake-gcs-server on loopback
 //! (`util::GcsServer`): the sample read from a `gs://` prefix equals the
 //! local run row for row, and so does a glob over a prefix with other
-//! objects in it; `inspect` reads a prefix and a single object (HEAD);
+//! objects in it; `inspect` reads a prefix and a single object (HEAD); a
+//! run reading from it killed after a commit resumes;
 //! the harness stores, lists and reads back, and its server dies with it.
 //!
 //! Writing to `gs://` does not run against it: object_store writes through
@@ -100,6 +101,39 @@ fn a_glob_over_a_gcs_prefix_reads_only_the_matching_objects() {
     run.expect_code(0);
     assert_eq!(sorted_rows(&out), sorted_rows(&local.output));
     assert_eq!(read_output(&out).len(), 300, "{}", run.describe());
+}
+
+/// The input's identity for resume is the object's (generation/ETag,
+/// size, footer), as the emulator reports it: a run reading from gs://
+/// killed after a commit resumes to the uninterrupted output.
+#[test]
+fn a_run_reading_from_gcs_killed_after_a_commit_resumes() {
+    let server = GcsServer::shared();
+    let bucket = server.unique_bucket("read-kill");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 600);
+    server.upload(&bucket, "in/input.parquet", &std::fs::read(&local).unwrap());
+    let started = Instant::now();
+    let reference = Reference::of(&slowed(&local, &dir.path().join("reference")), &local);
+    let duration = started.elapsed();
+    let input = PathBuf::from(format!("gs://{bucket}/in/"));
+    let out = dir.path().join("out");
+    let file = slowed(&input, &out).write(&dir.path().join("kill.toml"));
+    let mut child = spawn_gcs(server, &file);
+    let killed = kill_when(&mut child, Instant::now() + duration * 3, || {
+        has_part(&out, "part-")
+    });
+    assert!(killed, "the run finished before it could be killed");
+    let committed = read_output(&out).len();
+    let rerun = run_gcs(server, &file, dir.path());
+    let rerun = RunResult {
+        out_dir: out.clone(),
+        ..rerun
+    };
+    reference.assert_complete(&rerun);
+    let resumed = report_u64(&read_report(&out), "rows_resumed") as usize;
+    assert_eq!(resumed, committed, "{}", rerun.describe());
+    assert!(resumed > 0, "{}", rerun.describe());
 }
 
 #[test]

@@ -23,7 +23,8 @@
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
 //! * `gcs`: Google Cloud Storage against fake-gcs-server (`util/gcs.rs`):
-//!   `gs://` inputs equal local ones row for row; `gs://` outputs wait on
+//!   `gs://` inputs equal local ones row for row, a killed run reading them
+//!   resumes; `gs://` outputs wait on
 //!   the emulator's XML PUT (the check that it still refuses it, and the
 //!   write tests ignored until it does).
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
