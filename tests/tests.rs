@@ -22,6 +22,11 @@
 //!   `check` and `run` agree.
 //! * `aoti`: AOTInductor packages (.pt2): the sample, and start-up refusals.
 //! * `gpu`: CUDA runs (skipped, saying so, where there is no GPU).
+//! * `gcs`: Google Cloud Storage against fake-gcs-server (`util/gcs.rs`):
+//!   `gs://` inputs equal local ones row for row, a killed run reading them
+//!   resumes; `gs://` outputs wait on
+//!   the emulator's XML PUT (the check that it still refuses it, and the
+//!   write tests ignored until it does).
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
 //!   S3 server on loopback, the fault proxy in front of it
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
@@ -37,6 +42,7 @@ mod aoti;
 mod deploy;
 mod errors;
 mod faults;
+mod gcs;
 mod gpu;
 mod images;
 mod inputs;

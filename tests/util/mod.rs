@@ -25,6 +25,9 @@ pub use interrupt::*;
 mod s3;
 pub use s3::*;
 
+mod gcs;
+pub use gcs::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {

@@ -102,18 +102,23 @@ fn bare_port(line: &str) -> Option<u16> {
     line.trim().parse().ok()
 }
 
-/// A child process on loopback, killed and reaped on drop.
-struct LoopbackChild {
+/// A child process on loopback, killed and reaped on drop (the GCS
+/// emulator's harness, `gcs.rs`, uses it too).
+pub(super) struct LoopbackChild {
     child: Child,
-    port: u16,
-    stderr: OutputTail,
+    pub(super) port: u16,
+    pub(super) stderr: OutputTail,
 }
 
 impl LoopbackChild {
     /// Spawns `command` (stdout and stderr piped), and waits for the port
     /// that `find_port` reads from stdout or stderr; panics naming `what`
     /// with the child's output when none comes in time.
-    fn spawn(what: &str, mut command: Command, find_port: fn(&str) -> Option<u16>) -> Self {
+    pub(super) fn spawn(
+        what: &str,
+        mut command: Command,
+        find_port: fn(&str) -> Option<u16>,
+    ) -> Self {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -150,7 +155,7 @@ impl LoopbackChild {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -185,7 +190,7 @@ impl Drop for LoopbackChild {
 }
 
 /// Polls `GET url` until any HTTP answer, within `START_TIMEOUT`.
-fn wait_until_answering(what: &str, url: &str, stderr: &OutputTail) {
+pub(super) fn wait_until_answering(what: &str, url: &str, stderr: &OutputTail) {
     let agent = agent();
     let started = Instant::now();
     while started.elapsed() < START_TIMEOUT {
@@ -522,7 +527,7 @@ impl FaultProxy {
 /// A loopback agent: HTTP errors are answers, not errors; no proxy from
 /// the environment; no pooled connections, so one call is one connection
 /// and a reset or a stall shows in the call that met it.
-fn agent() -> ureq::Agent {
+pub(super) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
