@@ -401,8 +401,32 @@ def cmd_bad_images(a, t):
     pq.write_table(replace(t, "segments", segments), a.out)
 
 
+def cmd_webp(a, t):
+    """The sample's digits as 32x32 lossy WebP (quality 80), made as the
+    JPEG sample's are: the JPEG pipeline reads them, the format found by
+    content."""
+    import io
+    import sys
+
+    from PIL import Image
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_data"))
+    from make_image_samples import JPEG_SIDE, encoded_items, with_segments
+
+    def lossy_webp(pixels: np.ndarray) -> bytes:
+        side = (JPEG_SIDE, JPEG_SIDE)
+        big = Image.fromarray(pixels, mode="L").resize(side, Image.Resampling.NEAREST)
+        out = io.BytesIO()
+        big.save(out, format="WEBP", quality=80, lossless=False)
+        return out.getvalue()
+
+    items, _ = encoded_items(t.column("segments").combine_chunks(), lossy_webp)
+    pq.write_table(with_segments(t, pa.array(items, type=pa.binary())), a.out)
+
+
 COMMANDS = {
     "bad-images": cmd_bad_images,
+    "webp": cmd_webp,
     "subset": cmd_subset,
     "rowgroups": cmd_rowgroups,
     "dict-id": cmd_dict_id,
