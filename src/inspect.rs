@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use segpredict_core::exit::{Classify, Context, Error, Failure, Result};
+use segpredict_reader::image::survey::ImageSurvey;
 use serde::Deserialize;
 
 use crate::config::PipelineConfig;
@@ -66,12 +67,25 @@ pub fn inspect(request: &InspectRequest) -> Result<String> {
         out += "\nno column can hold segments (a list of fixed_size_binary, binary or fixed-size lists of u8/f16/f32), so there is no histogram\n";
         return Ok(out);
     };
-    let counts = files
+    // One pass over each file's segments column: list lengths and, for
+    // encoded images, their headers (an object's column is fetched once).
+    let surveys = files
         .iter()
-        .map(|f| reader::segment_counts(&f.path, &segments))
+        .map(|f| reader::survey_segments(&f.path, &segments))
         .collect::<Result<Vec<_>, _>>()?;
+    let counts: Vec<_> = surveys.iter().map(|s| s.counts.clone()).collect();
     describe_histogram(&segments, &counts, &mut out);
-    images::describe_images(&files, &segments, request.pipeline.as_ref(), &mut out)?;
+    let mut image_survey = ImageSurvey::default();
+    for survey in &surveys {
+        image_survey.merge(survey.images.clone());
+    }
+    images::describe_images(
+        &files,
+        &segments,
+        &image_survey,
+        request.pipeline.as_ref(),
+        &mut out,
+    )?;
     if let Some(config) = &request.pipeline {
         let calibration = request
             .calibration

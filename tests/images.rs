@@ -236,6 +236,43 @@ fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
     }
 }
 
+/// `inspect` on an object in a bucket (moto's S3 server) tells what it
+/// tells of the same file on disk: the segments column fetched once.
+#[test]
+fn inspect_on_a_bucket_shows_the_same_images_as_on_disk() {
+    let server = S3Server::shared();
+    let bucket = server.unique_bucket("inspect-images");
+    server.create_bucket(&bucket);
+    let local = image_sample("jpeg");
+    server.put(
+        &bucket,
+        "night/digits-jpeg.parquet",
+        &std::fs::read(&local).unwrap(),
+    );
+    let url = format!("s3://{bucket}/night/digits-jpeg.parquet");
+    let pipeline = image_pipeline("jpeg");
+    let inspect = |input: &str| {
+        let mut command = Command::new(bin());
+        server.configure(&mut command);
+        command.args(["inspect", input, "--pipeline", pipeline.to_str().unwrap()]);
+        let result = run_command(&mut command, Path::new("."));
+        result.expect_code(0);
+        result.stdout
+    };
+    let (on_disk, in_bucket) = (inspect(local.to_str().unwrap()), inspect(&url));
+    // From the histogram on: segments, images, the batch plan.
+    let surveyed = |text: &str| -> String {
+        let start = text.find("segments per row").expect("a histogram");
+        text[start..].to_string()
+    };
+    assert!(
+        in_bucket.contains("95266 images: JPEG 95266"),
+        "{in_bucket}"
+    );
+    assert!(in_bucket.contains("32x32     95266"), "{in_bucket}");
+    assert_eq!(surveyed(&in_bucket), surveyed(&on_disk));
+}
+
 /// A shipped image pipeline rewritten by `edit`, into `dir`.
 fn edited_pipeline(dir: &Path, kind: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let text = std::fs::read_to_string(image_pipeline(kind)).unwrap();

@@ -7,9 +7,7 @@ use std::fmt::Write as _;
 use segpredict_core::exit::{Error, Failure, Result};
 
 use crate::config::PipelineConfig;
-use segpredict_reader::image::survey::{
-    can_hold_images, describe_resize, survey_images, ImageSurvey,
-};
+use segpredict_reader::image::survey::{can_hold_images, describe_resize, ImageSurvey};
 use segpredict_reader::image::{ImageInput, Target};
 use segpredict_reader::FileSurvey;
 
@@ -34,6 +32,7 @@ fn pipeline_images<'a>(
 pub fn describe_images(
     files: &[FileSurvey],
     column: &str,
+    survey: &ImageSurvey,
     pipeline: Option<&PipelineConfig>,
     out: &mut String,
 ) -> Result<()> {
@@ -47,27 +46,12 @@ pub fn describe_images(
     if !can_hold_images(data_type) {
         return Ok(());
     }
-    let mut survey = ImageSurvey::default();
-    // The headers are read from local files only: an object store's images
-    // would be downloaded whole for this.
-    let (local, remote): (Vec<_>, Vec<_>) = files.iter().partition(|f| f.path.is_file());
-    for file in local {
-        survey.merge(survey_images(&file.path, column)?);
-    }
-    if !remote.is_empty() {
-        let _ = writeln!(
-            out,
-            "
-images: {} file(s) not on local disk are not surveyed (inspect reads image headers from local files only)",
-            remote.len()
-        );
-    }
     if survey.formats.is_empty() && configured.is_none() {
         // Binary segments that are not images: raw values.
         return Ok(());
     }
-    describe_formats(column, &survey, out);
-    describe_sizes(&survey, configured, out);
+    describe_formats(column, survey, out);
+    describe_sizes(survey, configured, out);
     if configured.is_none() {
         out.push_str("  (decoded only with [readers.columns.segments.image] in the pipeline; pass --pipeline to see what its resize does)\n");
     }

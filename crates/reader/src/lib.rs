@@ -33,7 +33,8 @@ pub use overlap::check_output_outside_input;
 pub use panics::install_hook as catch_decoder_panics;
 pub use plan::{ReadPlan, Unit, UnitQueue};
 pub use survey::{
-    column_roles, segment_counts, survey_files, ColumnRole, FileSurvey, SegmentCounts,
+    column_roles, segment_counts, survey_files, survey_segments, ColumnRole, FileSurvey,
+    SegmentCounts, SegmentsSurvey,
 };
 
 use plan::open_builder;

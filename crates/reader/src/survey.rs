@@ -5,14 +5,16 @@
 
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
 use super::columns::{id_kind_of, list_child};
 use super::{discover, open_builder, panics, DecodeError, ReaderError};
+use crate::image::survey::{add_images, can_hold_images, ImageSurvey};
 use crate::plan::read_footer;
 use crate::remote::{self, RemoteFile};
 
@@ -58,6 +60,39 @@ pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
 /// its pages are decompressed (Parquet keeps list lengths inside them), but
 /// no row is built.
 pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, ReaderError> {
+    Ok(survey_segments(path, column)?.counts)
+}
+
+/// What one pass over the segments column of one file tells: the list
+/// lengths, and for encoded images each one's header (no pixel decoded).
+#[derive(Debug, Clone, Default)]
+pub struct SegmentsSurvey {
+    pub counts: SegmentCounts,
+    /// Empty unless the column holds encoded images.
+    pub images: ImageSurvey,
+}
+
+/// [`SegmentsSurvey`] of the file at `path` (a local file or an object,
+/// whose segments column alone is fetched, once).
+pub fn survey_segments(path: &Path, column: &str) -> Result<SegmentsSurvey, ReaderError> {
+    let mut survey = SegmentsSurvey::default();
+    scan_column(path, column, |array| {
+        add_list_lengths(array.as_ref(), &mut survey.counts);
+        match can_hold_images(array.data_type()) {
+            true => add_images(array, &mut survey.images),
+            false => Ok(()),
+        }
+    })?;
+    Ok(survey)
+}
+
+/// Calls `visit` on each batch of `column` alone in the file at `path`, row
+/// group by row group; an object's row groups are fetched by byte range.
+fn scan_column(
+    path: &Path,
+    column: &str,
+    mut visit: impl FnMut(&ArrayRef) -> Result<(), ArrowError>,
+) -> Result<(), ReaderError> {
     let file = discover::input_files(path)?
         .into_iter()
         .next()
@@ -73,20 +108,19 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
         metadata: metadata.clone(),
         roots: vec![root],
     });
-    let mut counts = SegmentCounts::default();
     for row_group in 0..metadata.metadata().num_row_groups() {
         match &remote {
-            None => count_row_group(open_builder(path)?, root, path, row_group, &mut counts)?,
+            None => scan_row_group(open_builder(path)?, root, path, row_group, &mut visit)?,
             Some(remote) => {
                 let fetched = remote::fetch_blocking(remote, row_group)
                     .map_err(|e| crate::plan::remote_error(path, e))?;
                 let builder =
                     ParquetRecordBatchReaderBuilder::new_with_metadata(fetched, metadata.clone());
-                count_row_group(builder, root, path, row_group, &mut counts)?
+                scan_row_group(builder, root, path, row_group, &mut visit)?
             }
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// The segments column's index, checked to be a list.
@@ -109,12 +143,12 @@ fn segments_root(schema: &Schema, path: &Path, column: &str) -> Result<usize, Re
     Ok(root)
 }
 
-fn count_row_group<T: ChunkReader + 'static>(
+fn scan_row_group<T: ChunkReader + 'static>(
     builder: ParquetRecordBatchReaderBuilder<T>,
     root: usize,
     path: &Path,
     row_group: usize,
-    counts: &mut SegmentCounts,
+    visit: &mut impl FnMut(&ArrayRef) -> Result<(), ArrowError>,
 ) -> Result<(), ReaderError> {
     let decode_error = |source| ReaderError::Decode {
         path: path.to_path_buf(),
@@ -134,7 +168,7 @@ fn count_row_group<T: ChunkReader + 'static>(
         panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
     {
         let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-        add_list_lengths(batch.column(0), counts);
+        visit(batch.column(0)).map_err(|e| decode_error(DecodeError::Arrow(e)))?;
     }
     Ok(())
 }

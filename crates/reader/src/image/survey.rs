@@ -3,17 +3,14 @@
 //! resize makes of each size.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::DataType;
-use parquet::arrow::ProjectionMask;
 
 use super::column::{one_per_row, type_problem, EncodedImages};
 use super::fit::Geometry;
 use super::sniff;
 use super::{ImageInput, ResizeMode, Target};
-use crate::{open_builder, panics, DecodeError, ReaderError};
 
 /// The images of one column, by their headers.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -82,38 +79,11 @@ pub fn is_datasets_image(data_type: &DataType) -> bool {
     matches!(item, DataType::Struct(_)) && can_hold_images(item)
 }
 
-/// Reads the headers of every image in `column` of the file at `path`.
-pub fn survey_images(path: &Path, column: &str) -> Result<ImageSurvey, ReaderError> {
-    let builder = open_builder(path)?;
-    let schema = builder.schema().clone();
-    let root = schema.index_of(column).map_err(|_| ReaderError::Column {
-        path: path.to_path_buf(),
-        column: column.to_string(),
-        message: "no such column in this file".into(),
-    })?;
-    let decode_error = |source| ReaderError::Decode {
-        path: path.to_path_buf(),
-        row_group: 0,
-        source,
-    };
-    let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
-    let mut reader = builder
-        .with_projection(mask)
-        .with_batch_size(8192)
-        .build()
-        .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
-    let mut survey = ImageSurvey::default();
-    while let Some(batch) =
-        panics::catch(|| reader.next()).map_err(|p| decode_error(DecodeError::Corrupt(p.0)))?
-    {
-        let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-        add_images(batch.column(0), &mut survey)
-            .map_err(|e| decode_error(DecodeError::Arrow(e)))?;
-    }
-    Ok(survey)
-}
-
-fn add_images(array: &ArrayRef, survey: &mut ImageSurvey) -> Result<(), arrow::error::ArrowError> {
+/// Adds the header of every image in `array` (one column batch) to `survey`.
+pub(crate) fn add_images(
+    array: &ArrayRef,
+    survey: &mut ImageSurvey,
+) -> Result<(), arrow::error::ArrowError> {
     let items = match array.data_type() {
         t if one_per_row(t) => array.clone(),
         DataType::List(_) => array.as_list::<i32>().values().clone(),
