@@ -158,6 +158,42 @@ impl LocalStore {
         }
     }
 
+    /// `put_if_absent` one way: `Ok(false)` when the name is taken.
+    fn put_if_absent_by(&self, way: Exclusive, key: &str, bytes: &[u8]) -> std::io::Result<bool> {
+        let parent = self.parent_of(key).map_err(|e| e.source)?;
+        if way == Exclusive::CreateNew {
+            return create_new(&self.path(key), bytes).and_then(|created| {
+                fsync_dir(&parent)?;
+                Ok(created)
+            });
+        }
+        let temp = self.temp_path(key);
+        let written = (|| {
+            let mut file = File::create(&temp)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+            // Closed before its name goes: on NFS an open file's unlink
+            // leaves a `.nfs*` file behind.
+            drop(file);
+            let placed = match way {
+                Exclusive::Link => std::fs::hard_link(&temp, self.path(key)),
+                _ => rename_no_replace(&temp, &self.path(key)),
+            };
+            if way == Exclusive::Link || placed.is_err() {
+                std::fs::remove_file(&temp)?;
+            }
+            match placed {
+                Ok(()) => fsync_dir(&parent).map(|()| true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
+            }
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        written
+    }
+
     /// A temporary path beside `key`'s, unique to this process and call.
     fn temp_path(&self, key: &str) -> PathBuf {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -189,6 +225,77 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// How a file system is asked to create a name only if it is free. Each
+/// is tried in turn while the file system says it cannot (SMB, gcsfuse and
+/// blobfuse mounts have no hard links; some have no `RENAME_NOREPLACE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exclusive {
+    /// link(2) of a finished temporary file: atomic, EEXIST when taken.
+    Link,
+    /// renameat2(2) with `RENAME_NOREPLACE`: atomic, EEXIST when taken.
+    RenameNoReplace,
+    /// `O_CREAT | O_EXCL` on the name itself, then the bytes: the name is
+    /// taken atomically, but a reader may see it before its bytes (markers
+    /// are a few hundred bytes, written by one call).
+    CreateNew,
+}
+
+impl Exclusive {
+    const IN_ORDER: [Exclusive; 3] = [
+        Exclusive::Link,
+        Exclusive::RenameNoReplace,
+        Exclusive::CreateNew,
+    ];
+}
+
+fn unsupported() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::Unsupported)
+}
+
+/// The file system cannot do this operation here: another way may.
+fn is_unsupported(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL | libc::EXDEV)
+    ) || error.kind() == std::io::ErrorKind::Unsupported
+}
+
+/// Creates `path` only if it is free, then writes `bytes` into it.
+fn create_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let mut file = match File::create_new(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if written.is_err() {
+        // Not left half-written under the name: the next try may take it.
+        let _ = std::fs::remove_file(path);
+    }
+    written.map(|()| true)
+}
+
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two valid NUL-terminated paths; the call only reads them.
+    let done = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    match done {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 impl Store for LocalStore {
     fn location(&self) -> String {
         self.root.display().to_string()
@@ -211,28 +318,15 @@ impl Store for LocalStore {
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
-        let parent = self.parent_of(key)?;
-        let temp = self.temp_path(key);
-        let written = (|| {
-            let mut file = File::create(&temp)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
-            // Closed before its name goes: on NFS an open file's unlink
-            // leaves a `.nfs*` file behind.
-            drop(file);
-            // link(2) fails with EEXIST instead of replacing: put-if-absent.
-            let linked = std::fs::hard_link(&temp, self.path(key));
-            std::fs::remove_file(&temp)?;
-            match linked {
-                Ok(()) => fsync_dir(&parent).map(|()| true),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-                Err(e) => Err(e),
+        let mut result = Err(unsupported());
+        for way in Exclusive::IN_ORDER {
+            result = self.put_if_absent_by(way, key, bytes);
+            match &result {
+                Err(e) if is_unsupported(e) => continue,
+                _ => break,
             }
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
         }
-        written.map_err(self.error("writing", key))
+        result.map_err(self.error("writing", key))
     }
 
     fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
@@ -463,6 +557,37 @@ mod tests {
         assert_eq!(store.get("_run.json").unwrap().unwrap(), &b"two"[..]);
         assert_eq!(names(dir.path()), ["_run.json"]);
         assert_eq!(store.get("missing").unwrap(), None);
+    }
+
+    #[test]
+    fn every_way_of_putting_if_absent_takes_a_free_name_once_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path());
+        for way in Exclusive::IN_ORDER {
+            let key = format!("_progress/marker-{way:?}.json");
+            assert!(
+                store.put_if_absent_by(way, &key, b"first").unwrap(),
+                "{way:?}"
+            );
+            assert!(
+                !store.put_if_absent_by(way, &key, b"second").unwrap(),
+                "{way:?}"
+            );
+            assert_eq!(store.get(&key).unwrap().unwrap(), &b"first"[..], "{way:?}");
+        }
+        let keys = store.list("").unwrap();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert!(keys.iter().all(|k| !k.contains("inprogress")), "{keys:?}");
+    }
+
+    #[test]
+    fn a_file_system_without_a_way_is_told_from_a_taken_name() {
+        for errno in [libc::EPERM, libc::EOPNOTSUPP, libc::ENOSYS, libc::EINVAL] {
+            assert!(is_unsupported(&std::io::Error::from_raw_os_error(errno)));
+        }
+        for errno in [libc::EEXIST, libc::ENOSPC, libc::EIO] {
+            assert!(!is_unsupported(&std::io::Error::from_raw_os_error(errno)));
+        }
     }
 
     #[test]
