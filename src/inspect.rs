@@ -73,12 +73,13 @@ pub fn inspect(request: &InspectRequest) -> Result<String> {
         .iter()
         .map(|f| reader::survey_segments(&f.path, &segments))
         .collect::<Result<Vec<_>, _>>()?;
-    let counts: Vec<_> = surveys.iter().map(|s| s.counts.clone()).collect();
-    describe_histogram(&segments, &counts, &mut out);
     let mut image_survey = ImageSurvey::default();
-    for survey in &surveys {
-        image_survey.merge(survey.images.clone());
+    let mut counts = Vec::with_capacity(surveys.len());
+    for survey in surveys {
+        image_survey.merge(survey.images);
+        counts.push(survey.counts);
     }
+    describe_histogram(&segments, &counts, &mut out);
     images::describe_images(
         &files,
         &segments,

@@ -486,7 +486,6 @@ fn describe(count: usize, first: &str) -> String {
     }
 }
 
-/// Who holds a shard's lock, for the process refused next.
 /// Takes the lock of each of `shards`, or names the first one held.
 pub fn lock_shards(
     store: &dyn Store,
@@ -508,6 +507,7 @@ pub fn lock_shards(
     Ok(held)
 }
 
+/// Who holds a shard's lock, for the process refused next.
 fn holder_text() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

@@ -54,7 +54,12 @@ impl Classify for StoreError {
         use std::io::ErrorKind::*;
         Failure::permanent_if(matches!(
             self.source.kind(),
-            NotADirectory | IsADirectory | PermissionDenied | ReadOnlyFilesystem | InvalidInput
+            NotADirectory
+                | IsADirectory
+                | PermissionDenied
+                | ReadOnlyFilesystem
+                | InvalidInput
+                | Unsupported
         ))
     }
 }
@@ -158,40 +163,12 @@ impl LocalStore {
         }
     }
 
-    /// `put_if_absent` one way: `Ok(false)` when the name is taken.
-    fn put_if_absent_by(&self, way: Exclusive, key: &str, bytes: &[u8]) -> std::io::Result<bool> {
-        let parent = self.parent_of(key).map_err(|e| e.source)?;
-        if way == Exclusive::CreateNew {
-            return create_new(&self.path(key), bytes).and_then(|created| {
-                fsync_dir(&parent)?;
-                Ok(created)
-            });
-        }
-        let temp = self.temp_path(key);
-        let written = (|| {
-            let mut file = File::create(&temp)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
-            // Closed before its name goes: on NFS an open file's unlink
-            // leaves a `.nfs*` file behind.
-            drop(file);
-            let placed = match way {
-                Exclusive::Link => std::fs::hard_link(&temp, self.path(key)),
-                _ => rename_no_replace(&temp, &self.path(key)),
-            };
-            if way == Exclusive::Link || placed.is_err() {
-                std::fs::remove_file(&temp)?;
-            }
-            match placed {
-                Ok(()) => fsync_dir(&parent).map(|()| true),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-                Err(e) => Err(e),
-            }
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        written
+    /// `bytes` in a new temporary file, synced and closed (on NFS an open
+    /// file's unlink leaves a `.nfs*` file behind).
+    fn write_temp(&self, temp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = File::create(temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
     }
 
     /// A temporary path beside `key`'s, unique to this process and call.
@@ -225,54 +202,63 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// How a file system is asked to create a name only if it is free. Each
-/// is tried in turn while the file system says it cannot (SMB, gcsfuse and
-/// blobfuse mounts have no hard links; some have no `RENAME_NOREPLACE`).
+/// How a finished temporary file is put under a name only if the name is
+/// free. Both are atomic and fail with EEXIST when the name is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exclusive {
-    /// link(2) of a finished temporary file: atomic, EEXIST when taken.
+enum Way {
+    /// link(2).
     Link,
-    /// renameat2(2) with `RENAME_NOREPLACE`: atomic, EEXIST when taken.
+    /// renameat2(2) with `RENAME_NOREPLACE`, where there are no hard links
+    /// (SMB, some FUSE mounts).
     RenameNoReplace,
-    /// `O_CREAT | O_EXCL` on the name itself, then the bytes: the name is
-    /// taken atomically, but a reader may see it before its bytes (markers
-    /// are a few hundred bytes, written by one call).
-    CreateNew,
 }
 
-impl Exclusive {
-    const IN_ORDER: [Exclusive; 3] = [
-        Exclusive::Link,
-        Exclusive::RenameNoReplace,
-        Exclusive::CreateNew,
-    ];
+/// Puts `temp` under `target` only if that name is free: `Ok(false)` when
+/// it is taken. A file system that can do neither way is an error: an
+/// `O_EXCL` create would show a reader the name before its bytes.
+fn place_exclusively(temp: &Path, target: &Path) -> std::io::Result<bool> {
+    let mut last = std::io::Error::from(std::io::ErrorKind::Unsupported);
+    for way in [Way::Link, Way::RenameNoReplace] {
+        match place_by(way, temp, target) {
+            Err(e) if is_unsupported(&e) => last = e,
+            placed => return placed,
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        NoExclusiveCreate(last),
+    ))
 }
 
-fn unsupported() -> std::io::Error {
-    std::io::Error::from(std::io::ErrorKind::Unsupported)
+#[derive(Debug, thiserror::Error)]
+#[error("this file system can neither hard-link nor rename without replacing, so two writers of one name cannot be told apart: write to the bucket's URL (s3://, gs://, az://) rather than a mount of it")]
+struct NoExclusiveCreate(#[source] std::io::Error);
+
+fn place_by(way: Way, temp: &Path, target: &Path) -> std::io::Result<bool> {
+    let placed = match way {
+        Way::Link => std::fs::hard_link(temp, target),
+        Way::RenameNoReplace => rename_no_replace(temp, target),
+    };
+    match placed {
+        Ok(()) => Ok(true),
+        // NFS retries a link whose reply was lost and then hears EEXIST
+        // about its own link: the temporary file then has two names.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(way == Way::Link
+            && std::fs::metadata(temp).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.nlink() == 2
+            })),
+        Err(e) => Err(e),
+    }
 }
 
-/// The file system cannot do this operation here: another way may.
+/// The file system cannot do this here (no hard links, no
+/// `RENAME_NOREPLACE`): the other way may.
 fn is_unsupported(error: &std::io::Error) -> bool {
     matches!(
         error.raw_os_error(),
-        Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL | libc::EXDEV)
+        Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
     ) || error.kind() == std::io::ErrorKind::Unsupported
-}
-
-/// Creates `path` only if it is free, then writes `bytes` into it.
-fn create_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
-    let mut file = match File::create_new(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    if written.is_err() {
-        // Not left half-written under the name: the next try may take it.
-        let _ = std::fs::remove_file(path);
-    }
-    written.map(|()| true)
 }
 
 fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -318,15 +304,19 @@ impl Store for LocalStore {
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
-        let mut result = Err(unsupported());
-        for way in Exclusive::IN_ORDER {
-            result = self.put_if_absent_by(way, key, bytes);
-            match &result {
-                Err(e) if is_unsupported(e) => continue,
-                _ => break,
-            }
+        let parent = self.parent_of(key)?;
+        let temp = self.temp_path(key);
+        let placed = self
+            .write_temp(&temp, bytes)
+            .and_then(|()| place_exclusively(&temp, &self.path(key)));
+        // After a link the temporary name is a second name; after a rename
+        // it is gone; after a failure it is all there is.
+        let _ = std::fs::remove_file(&temp);
+        match placed {
+            Ok(true) => fsync_dir(&parent).map(|()| true),
+            other => other,
         }
-        result.map_err(self.error("writing", key))
+        .map_err(self.error("writing", key))
     }
 
     fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
@@ -560,24 +550,20 @@ mod tests {
     }
 
     #[test]
-    fn every_way_of_putting_if_absent_takes_a_free_name_once_and_leaves_no_temporary() {
+    fn each_way_of_placing_takes_a_free_name_once() {
         let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::new(dir.path());
-        for way in Exclusive::IN_ORDER {
-            let key = format!("_progress/marker-{way:?}.json");
-            assert!(
-                store.put_if_absent_by(way, &key, b"first").unwrap(),
-                "{way:?}"
-            );
-            assert!(
-                !store.put_if_absent_by(way, &key, b"second").unwrap(),
-                "{way:?}"
-            );
-            assert_eq!(store.get(&key).unwrap().unwrap(), &b"first"[..], "{way:?}");
+        for way in [Way::Link, Way::RenameNoReplace] {
+            let target = dir.path().join(format!("marker-{way:?}.json"));
+            for (bytes, placed) in [(&b"first"[..], true), (&b"second"[..], false)] {
+                let temp = dir.path().join(format!(".temp-{way:?}"));
+                std::fs::write(&temp, bytes).unwrap();
+                assert_eq!(place_by(way, &temp, &target).unwrap(), placed, "{way:?}");
+                let _ = std::fs::remove_file(&temp);
+            }
+            assert_eq!(std::fs::read(&target).unwrap(), b"first", "{way:?}");
         }
-        let keys = store.list("").unwrap();
-        assert_eq!(keys.len(), 3, "{keys:?}");
-        assert!(keys.iter().all(|k| !k.contains("inprogress")), "{keys:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
     }
 
     #[test]
@@ -585,7 +571,7 @@ mod tests {
         for errno in [libc::EPERM, libc::EOPNOTSUPP, libc::ENOSYS, libc::EINVAL] {
             assert!(is_unsupported(&std::io::Error::from_raw_os_error(errno)));
         }
-        for errno in [libc::EEXIST, libc::ENOSPC, libc::EIO] {
+        for errno in [libc::EEXIST, libc::ENOSPC, libc::EIO, libc::EXDEV] {
             assert!(!is_unsupported(&std::io::Error::from_raw_os_error(errno)));
         }
     }

@@ -17,6 +17,7 @@ mod panics;
 mod plan;
 mod remote;
 mod survey;
+mod watched;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -332,7 +333,11 @@ impl Reading<'_> {
             .path;
         let mut next_row = unit.first_row;
         let decoded = match fetched {
-            None => self.decode_unit(unit, path, open_builder(path)?, &mut next_row, stats),
+            None => {
+                let (builder, watch) = plan::open_watched(path)?;
+                self.decode_unit(unit, path, builder, &mut next_row, stats)
+                    .map_err(|e| watch.explain(path, e))
+            }
             Some(fetched) => {
                 let builder = self.fetched_builder(unit, path, fetched)?;
                 self.decode_unit(unit, path, builder, &mut next_row, stats)

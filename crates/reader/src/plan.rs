@@ -13,6 +13,8 @@ use segpredict_storage::object_store::ObjectStore;
 use segpredict_storage::Location;
 
 use crate::remote::{self, Prefetch, Prefetched, RemoteError, RemoteFile};
+use crate::watched::{Watch, WatchedFile};
+use segpredict_core::exit::Classify;
 use sha2::{Digest, Sha256};
 
 use super::{discover, OnBadFile, ReaderConfig, ReaderError};
@@ -206,6 +208,28 @@ pub(super) fn open_builder(
     Ok(open_with_footer_hash(path, false)?.0)
 }
 
+/// Opens a local Parquet file to read from it, and reads its footer; the
+/// watch keeps the first I/O error of the reads (see `watched.rs`).
+pub(super) fn open_watched(
+    path: &Path,
+) -> Result<(ParquetRecordBatchReaderBuilder<WatchedFile>, Watch), ReaderError> {
+    let file = std::fs::File::open(path).map_err(|source| ReaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (file, watch) = WatchedFile::new(file);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|source| watch.explain(path, not_parquet(path, source)))?;
+    Ok((builder, watch))
+}
+
+fn not_parquet(path: &Path, source: parquet::errors::ParquetError) -> ReaderError {
+    ReaderError::NotParquet {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Opens a local Parquet file and reads its footer; with `hash`, also the
 /// hex SHA-256 of the footer's bytes (empty without).
 fn open_with_footer_hash(
@@ -223,12 +247,8 @@ fn open_with_footer_hash(
     } else {
         None
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| {
-        ReaderError::NotParquet {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| not_parquet(path, e))?;
     let sha256 = match hashed {
         // The builder has checked the footer's length and magic.
         Some(file) => footer_sha256(&file).map_err(io_error)?,
@@ -337,11 +357,14 @@ impl ReaderConfig {
                     remote.push(object);
                     kind
                 }
-                (Err(error), OnBadFile::Skip) => {
+                // The file's own fault; a read that failed may not fail
+                // again, and a file left out here would change the run's
+                // inputs (and so refuse its other shards).
+                (Err(error), OnBadFile::Skip) if error.is_permanent() => {
                     skipped.push(skip(&file, &error));
                     continue;
                 }
-                (Err(error), OnBadFile::Fail) => return Err(error),
+                (Err(error), _) => return Err(error),
             };
             check_id_kind(&mut id_kind, kind, &file, &self.columns.id)?;
             files.push(file);
