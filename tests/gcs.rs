@@ -48,18 +48,22 @@ fn store_requests(dir: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no store_requests in the report: {report}"))
 }
 
+/// The sample uploaded to `bucket` under `in/`, and its local run (the
+/// reference) in `dir/local`.
+fn sample_in_bucket_and_run_locally(server: &GcsServer, bucket: &str, dir: &Path) -> Pipeline {
+    let bytes = std::fs::read(sample()).unwrap();
+    server.upload(bucket, "in/digits.parquet", &bytes);
+    let local = Pipeline::new(sample(), dir.join("local"));
+    local.run(&[]).expect_code(0);
+    local
+}
+
 #[test]
 fn the_sample_read_from_gcs_equals_the_local_run_row_for_row() {
     let server = GcsServer::shared();
     let bucket = server.unique_bucket("sample");
     let dir = tmp();
-    server.upload(
-        &bucket,
-        "in/digits.parquet",
-        &std::fs::read(sample()).unwrap(),
-    );
-    let local = Pipeline::new(sample(), dir.path().join("local"));
-    local.run(&[]).expect_code(0);
+    let local = sample_in_bucket_and_run_locally(server, &bucket, dir.path());
     let input = PathBuf::from(format!("gs://{bucket}/in/"));
     let out = dir.path().join("from-gcs");
     let file = Pipeline::new(&input, &out).write(&dir.path().join("gcs.toml"));
@@ -224,13 +228,7 @@ fn the_sample_written_to_gcs_equals_the_local_run_row_for_row() {
     let server = GcsServer::shared();
     let bucket = server.unique_bucket("roundtrip");
     let dir = tmp();
-    server.upload(
-        &bucket,
-        "in/digits.parquet",
-        &std::fs::read(sample()).unwrap(),
-    );
-    let local = Pipeline::new(sample(), dir.path().join("local"));
-    local.run(&[]).expect_code(0);
+    let local = sample_in_bucket_and_run_locally(server, &bucket, dir.path());
     let remote = Pipeline::new(format!("gs://{bucket}/in/"), format!("gs://{bucket}/out/"));
     let file = remote.write(&dir.path().join("gcs.toml"));
     let run = run_gcs(server, &file, dir.path());

@@ -25,7 +25,6 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::sync_channel;
 use std::sync::OnceLock;
 
 use super::python;
@@ -139,20 +138,7 @@ impl GcsServer {
     pub fn shared() -> &'static GcsServer {
         static SHARED: OnceLock<GcsServer> = OnceLock::new();
         SHARED.get_or_init(|| {
-            let (tx, rx) = sync_channel(1);
-            std::thread::Builder::new()
-                .name("gcs-server-owner".into())
-                .spawn(move || {
-                    let _ = tx.send(std::panic::catch_unwind(GcsServer::start));
-                    loop {
-                        std::thread::park();
-                    }
-                })
-                .expect("spawning the GCS server's owner thread");
-            match rx.recv().expect("the GCS server's owner thread") {
-                Ok(server) => server,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
+            super::s3::started_by_a_parked_thread("gcs-server-owner", GcsServer::start)
         })
     }
 

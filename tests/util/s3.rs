@@ -240,23 +240,7 @@ impl S3Server {
     /// process ends, however it ends.
     pub fn shared() -> &'static S3Server {
         static SHARED: OnceLock<S3Server> = OnceLock::new();
-        SHARED.get_or_init(|| {
-            let (tx, rx) = sync_channel(1);
-            std::thread::Builder::new()
-                .name("s3-server-owner".into())
-                .spawn(move || {
-                    let started = std::panic::catch_unwind(S3Server::start);
-                    let _ = tx.send(started);
-                    loop {
-                        std::thread::park();
-                    }
-                })
-                .expect("spawning the S3 server's owner thread");
-            match rx.recv().expect("the S3 server's owner thread") {
-                Ok(server) => server,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
+        SHARED.get_or_init(|| started_by_a_parked_thread("s3-server-owner", S3Server::start))
     }
 
     pub fn port(&self) -> u16 {
@@ -332,6 +316,26 @@ impl S3Server {
 
 /// The variables segpredict's object store reads (object_store's
 /// `AmazonS3Builder::from_env`), for `endpoint`.
+/// `start()`'s server, started on a thread that then parks for the rest of
+/// the process, so a child tied to its spawning thread's life
+/// (PR_SET_PDEATHSIG) lives as long as the test process.
+pub(super) fn started_by_a_parked_thread<T: Send + 'static>(name: &str, start: fn() -> T) -> T {
+    let (tx, rx) = sync_channel(1);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = tx.send(std::panic::catch_unwind(start));
+            loop {
+                std::thread::park();
+            }
+        })
+        .expect("spawning a server's owner thread");
+    match rx.recv().expect("a server's owner thread") {
+        Ok(server) => server,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 pub fn s3_env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
         ("AWS_ENDPOINT_URL", endpoint.to_string()),
