@@ -27,7 +27,8 @@ def main() -> None:
     args = ap.parse_args()
     table = pq.read_table(args.input)
     items, _ = encoded_items(table.column("segments").combine_chunks(), jpeg_bytes)
-    encoded = with_segments(table, pa.array(items, type=pa.binary()))
+    # large_binary: the JPEGs of a large input pass 2 GiB, past binary offsets.
+    encoded = with_segments(table, pa.array(items, type=pa.large_binary()))
     pq.write_table(encoded, args.out, compression="zstd", row_group_size=args.row_group, use_dictionary=True)
     print(f"wrote {args.out}: {len(items):,} JPEG segments, {args.out.stat().st_size:,} bytes")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN: no GPU device was lent in the session that wrote it (2026-12-05);
-# benches/gpu/RESULTS.md holds no number from it.
+# Run on the H200 in session 11 (2026-12-05): benches/gpu/RESULTS.md,
+# "encoded input", raw files in results/2026-12-05-session11/.
 #
 # Does decoding keep the H200 fed? The seed-budget run (digits-seed, bf16,
 # 16,384-segment budget) on the GPU benchmark's input, raw, then with every
