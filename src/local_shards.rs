@@ -53,8 +53,6 @@ pub enum LocalShardsError {
     Wait(#[source] std::io::Error),
 }
 
-impl LocalShardsError {}
-
 impl Classify for LocalShardsError {
     fn failure(&self) -> Failure {
         Failure::permanent_if(matches!(self, LocalShardsError::NoGpus))

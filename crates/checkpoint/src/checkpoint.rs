@@ -50,8 +50,6 @@ pub enum CheckpointError {
     },
 }
 
-impl CheckpointError {}
-
 impl Classify for CheckpointError {
     /// A retry of the same command fails the same way.
     fn failure(&self) -> Failure {

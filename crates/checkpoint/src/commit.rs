@@ -82,8 +82,6 @@ pub enum CommitError {
     },
 }
 
-impl CommitError {}
-
 impl Classify for CommitError {
     /// Accounting that does not add up, or a run that is not there, stays
     /// so on a retry; reading and writing may succeed next time.

@@ -51,8 +51,6 @@ pub enum ScanError {
     },
 }
 
-impl ScanError {}
-
 impl Classify for ScanError {
     /// A committed file that does not read as ours stays so; a store that
     /// failed to read it may not.

@@ -139,8 +139,6 @@ pub enum WriterError {
     UnknownLabel { label_id: i32, n_labels: usize },
 }
 
-impl WriterError {}
-
 impl Classify for WriterError {
     /// Settings, labels and malformed committed files stay as they are on
     /// a retry; a full disk or a flaky store may not.

@@ -83,8 +83,6 @@ pub enum ManifestError {
     },
 }
 
-impl ManifestError {}
-
 impl Classify for ManifestError {
     /// A manifest that does not parse stays so; a store may recover.
     fn failure(&self) -> Failure {

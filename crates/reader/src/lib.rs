@@ -38,7 +38,6 @@ pub use survey::{
     SegmentCounts, SegmentsSurvey,
 };
 
-use plan::open_builder;
 use remote::{FetchedBytes, RemoteError};
 
 use segpredict_core::exit::{content_or_io, Classify, Failure};
@@ -470,7 +469,11 @@ mod tests {
 
     /// The sample's segment bytes as Parquet holds them, in file order.
     fn sample_segment_bytes() -> Vec<u8> {
-        let reader = open_builder(&sample()).unwrap().build().unwrap();
+        let file = std::fs::File::open(sample()).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
         let mut bytes = Vec::new();
         for batch in reader {
             let batch = batch.unwrap();

@@ -201,13 +201,6 @@ fn check_id_kind(
     Ok(())
 }
 
-/// Opens a local Parquet file and reads its footer.
-pub(super) fn open_builder(
-    path: &Path,
-) -> Result<ParquetRecordBatchReaderBuilder<std::fs::File>, ReaderError> {
-    Ok(open_with_footer_hash(path, false)?.0)
-}
-
 /// Opens a local Parquet file to read from it, and reads its footer; the
 /// watch keeps the first I/O error of the reads (see `watched.rs`).
 pub(super) fn open_watched(
@@ -230,11 +223,10 @@ fn not_parquet(path: &Path, source: parquet::errors::ParquetError) -> ReaderErro
     }
 }
 
-/// Opens a local Parquet file and reads its footer; with `hash`, also the
-/// hex SHA-256 of the footer's bytes (empty without).
+/// Opens a local Parquet file and reads its footer, and the hex SHA-256 of
+/// the footer's bytes.
 fn open_with_footer_hash(
     path: &Path,
-    hash: bool,
 ) -> Result<(ParquetRecordBatchReaderBuilder<std::fs::File>, String), ReaderError> {
     let io_error = |source| ReaderError::Io {
         path: path.to_path_buf(),
@@ -242,18 +234,11 @@ fn open_with_footer_hash(
     };
     let file = std::fs::File::open(path).map_err(io_error)?;
     // The same open file: what is hashed is what the builder read.
-    let hashed = if hash {
-        Some(file.try_clone().map_err(io_error)?)
-    } else {
-        None
-    };
+    let hashed = file.try_clone().map_err(io_error)?;
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| not_parquet(path, e))?;
-    let sha256 = match hashed {
-        // The builder has checked the footer's length and magic.
-        Some(file) => footer_sha256(&file).map_err(io_error)?,
-        None => String::new(),
-    };
+    // The builder has checked the footer's length and magic.
+    let sha256 = footer_sha256(&hashed).map_err(io_error)?;
     Ok((builder, sha256))
 }
 
@@ -323,7 +308,7 @@ pub(crate) fn read_footer(
     file: &InputFile,
 ) -> Result<(ArrowReaderMetadata, String, Option<Object>), ReaderError> {
     let Some((store, key)) = object_of(&file.path)? else {
-        let (builder, sha256) = open_with_footer_hash(&file.path, true)?;
+        let (builder, sha256) = open_with_footer_hash(&file.path)?;
         let metadata =
             ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
                 .map_err(|source| ReaderError::NotParquet {
@@ -449,7 +434,7 @@ mod tests {
     }
 
     fn hash_of(path: &Path) -> String {
-        open_with_footer_hash(path, true).unwrap().1
+        open_with_footer_hash(path).unwrap().1
     }
 
     #[test]
@@ -495,7 +480,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.parquet");
         std::fs::write(&path, b"PAR1 not really").unwrap();
-        let error = open_with_footer_hash(&path, true).map(|_| ()).unwrap_err();
+        let error = open_with_footer_hash(&path).map(|_| ()).unwrap_err();
         assert!(matches!(error, ReaderError::NotParquet { .. }), "{error}");
     }
 }

@@ -13,7 +13,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
 use super::columns::{id_kind_of, list_child};
-use super::{discover, open_builder, panics, DecodeError, ReaderError};
+use super::{discover, panics, DecodeError, ReaderError};
 use crate::image::survey::{add_images, can_hold_images, ImageSurvey};
 use crate::plan::read_footer;
 use crate::remote::{self, RemoteFile};
@@ -101,17 +101,26 @@ fn scan_column(
         })?;
     let (metadata, _, object) = read_footer(&file)?;
     let root = segments_root(metadata.schema(), path, column)?;
-    let remote = object.map(|(store, key)| RemoteFile {
-        store,
-        path: key,
-        size: file.size_bytes,
-        metadata: metadata.clone(),
-        roots: vec![root],
-    });
+    // A local file is opened once, its footer (read above) not parsed again.
+    let source = match object {
+        None => Source::Local(std::fs::File::open(path).map_err(io_error(path))?),
+        Some((store, key)) => Source::Object(RemoteFile {
+            store,
+            path: key,
+            size: file.size_bytes,
+            metadata: metadata.clone(),
+            roots: vec![root],
+        }),
+    };
     for row_group in 0..metadata.metadata().num_row_groups() {
-        match &remote {
-            None => scan_row_group(open_builder(path)?, root, path, row_group, &mut visit)?,
-            Some(remote) => {
+        match &source {
+            Source::Local(file) => {
+                let file = file.try_clone().map_err(io_error(path))?;
+                let builder =
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone());
+                scan_row_group(builder, root, path, row_group, &mut visit)?
+            }
+            Source::Object(remote) => {
                 let fetched = remote::fetch_blocking(remote, row_group)
                     .map_err(|e| crate::plan::remote_error(path, e))?;
                 let builder =
@@ -121,6 +130,19 @@ fn scan_column(
         }
     }
     Ok(())
+}
+
+/// Where a surveyed file's row groups come from.
+enum Source {
+    Local(std::fs::File),
+    Object(RemoteFile),
+}
+
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> ReaderError + '_ {
+    move |source| ReaderError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The segments column's index, checked to be a list.

@@ -46,8 +46,6 @@ pub enum StorageError {
     },
 }
 
-impl StorageError {}
-
 impl Classify for StorageError {
     /// Whether trying again cannot help: a malformed URL, a missing bucket
     /// or credentials, a refused permission. Network and server errors are

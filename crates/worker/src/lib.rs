@@ -207,8 +207,6 @@ pub enum WorkerError {
     Calibration(#[from] calibrate::CalibrationError),
 }
 
-impl WorkerError {}
-
 impl Classify for WorkerError {
     /// A retry of the same command fails the same way: the model, its
     /// labels or its settings are wrong for these inputs. A device that
