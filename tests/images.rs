@@ -157,6 +157,14 @@ const BAD_IMAGES: [(i64, usize, &str); 5] = [
     ),
 ];
 
+/// The PNG sample's first 200 rows with `BAD_IMAGES` damaged, in `dir`.
+fn bad_images_input(dir: &Path) -> PathBuf {
+    let input = dir.join("bad-images.parquet");
+    let rows = ["--rows", "200"];
+    fixture("bad-images", &image_sample("png"), &input, &rows);
+    input
+}
+
 fn assert_bad_images_rejected(out: &Path) {
     let rejects = read_rejects(out);
     let rows: Vec<i64> = rejects.iter().map(|r| r.source_row).collect();
@@ -177,13 +185,7 @@ fn assert_bad_images_rejected(out: &Path) {
 #[test]
 fn bad_images_reject_their_rows_with_reasons_and_every_other_row_is_predicted() {
     let dir = tmp();
-    let input = dir.path().join("bad-images.parquet");
-    fixture(
-        "bad-images",
-        &image_sample("png"),
-        &input,
-        &["--rows", "200"],
-    );
+    let input = bad_images_input(dir.path());
     let strict = dir.path().join("strict");
     // 5 of 200 rows rejected: over the default fraction (0), so exit 3.
     run_image_pipeline("png", &input, &strict, &[]).expect_code(3);
@@ -216,13 +218,7 @@ fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
     }
     // The bad images: two headers that do not read, one over max_pixels.
     let dir = tmp();
-    let input = dir.path().join("bad-images.parquet");
-    fixture(
-        "bad-images",
-        &image_sample("png"),
-        &input,
-        &["--rows", "200"],
-    );
+    let input = bad_images_input(dir.path());
     let png = image_pipeline("png");
     let bad = inspect(&[input.to_str().unwrap(), "--pipeline", png.to_str().unwrap()]);
     bad.expect_code(0);

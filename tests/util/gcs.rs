@@ -200,11 +200,7 @@ impl GcsServer {
         }
         let mut response = self.agent.run(builder.body(body.to_vec()).unwrap())?;
         let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()?;
+        let body = super::s3::whole_body(&mut response)?;
         Ok(GcsResponse { status, body })
     }
 

@@ -531,6 +531,17 @@ impl FaultProxy {
 /// A loopback agent: HTTP errors are answers, not errors; no proxy from
 /// the environment; no pooled connections, so one call is one connection
 /// and a reset or a stall shows in the call that met it.
+/// A response's whole body, however long.
+pub(super) fn whole_body(
+    response: &mut ureq::http::Response<ureq::Body>,
+) -> Result<Vec<u8>, ureq::Error> {
+    response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+}
+
 pub(super) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -633,11 +644,7 @@ impl S3Client {
             })
             .collect();
         let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()?;
+        let body = whole_body(&mut response)?;
         Ok(S3Response {
             status,
             headers,
