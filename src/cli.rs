@@ -223,8 +223,17 @@ struct RunArgs {
     /// more gives exit code 3. Default 0: any reject gives 3.
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     max_reject_fraction: f64,
+    /// When another process holds this shard's lock (a lease in a bucket
+    /// until it expires), wait up to DURATION for it (`90s`, `10m`) instead
+    /// of exiting 1 at once naming the holder and when its lease expires.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    wait_for_lock: Option<std::time::Duration>,
     #[command(flatten)]
     metrics: MetricsArgs,
+}
+
+fn duration(text: &str) -> Result<std::time::Duration, humantime::DurationError> {
+    humantime::parse_duration(text)
 }
 
 /// Where Prometheus metrics go (none by default).

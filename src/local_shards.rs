@@ -170,7 +170,7 @@ fn wait_all(mut children: Vec<(u32, Child)>) -> Result<Vec<Outcome>, LocalShards
             match child.try_wait().map_err(LocalShardsError::Wait)? {
                 Some(status) => {
                     let outcome = Outcome::from_code(status.code());
-                    tracing::info!(shard = index, code = outcome.code(), "shard process ended");
+                    report_end(index, child.id(), status, outcome);
                     outcomes.push(outcome);
                 }
                 None => still_running.push((index, child)),
@@ -182,6 +182,44 @@ fn wait_all(mut children: Vec<(u32, Child)>) -> Result<Vec<Outcome>, LocalShards
         }
     }
     Ok(outcomes)
+}
+
+/// One line per shard process that ended; one naming the signal for a
+/// shard that was killed, so a person knows which shard to look at.
+fn report_end(index: u32, pid: u32, status: std::process::ExitStatus, outcome: Outcome) {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(signal) => tracing::error!(
+            shard = index,
+            pid,
+            signal = %signal_name(signal),
+            "shard {index} (pid {pid}) was killed by {}; its committed rows stay, and running the same command again resumes it",
+            signal_name(signal)
+        ),
+        None => tracing::info!(
+            shard = index,
+            pid,
+            code = outcome.code(),
+            "shard process ended"
+        ),
+    }
+}
+
+/// `SIGKILL` for 9, as a person reads it.
+fn signal_name(signal: libc::c_int) -> String {
+    let name = match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => return format!("signal {signal}"),
+    };
+    format!("{name} (signal {signal})")
 }
 
 #[cfg(test)]

@@ -119,10 +119,39 @@ fn input_segments(config: &PipelineConfig, segments: usize) -> Result<Vec<u8>> {
 }
 
 /// What a run is asked to do beyond its pipeline file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The part of the input this process predicts.
     pub shard: ShardSpec,
+    /// How long to wait for another process holding the shard's lock
+    /// (`--wait-for-lock`; zero: exit 1 at once, naming it).
+    pub wait_for_lock: std::time::Duration,
+    /// Set if the shard's lock is lost while the run holds it.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            shard: ShardSpec::WHOLE,
+            wait_for_lock: std::time::Duration::ZERO,
+            cancel: None,
+        }
+    }
+}
+
+/// This process lost the shard's lock to another (it stalled past its
+/// lease): it stopped in order, and the newer holder goes on.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the shard's lock to another process ({holder}) after stalling past its lease; stopped without committing more (the newer holder redoes what this one had not committed)")]
+pub struct LostLock {
+    holder: String,
+}
+
+impl Classify for LostLock {
+    fn failure(&self) -> Failure {
+        Failure::Retryable
+    }
 }
 
 /// How a run ended without an error.
@@ -154,6 +183,10 @@ pub fn run(
     // Before anything is written: a device setting that cannot work
     // (`--device tpu`, CUDA without a GPU) leaves no run behind.
     let on_cuda = worker::choose_device(&config.model.device)?.is_cuda();
+    let options = RunOptions {
+        cancel: Some(cancel.clone()),
+        ..options
+    };
     let (plan, attempt) = match plan_and_attempt(config, options)? {
         Ok(started) => started,
         Err(end) => return Ok(end),
@@ -170,8 +203,13 @@ pub fn run(
         prepare_model(config, &plan, allocator_conf, &attempt, started, &cancel)
             .inspect_err(|_| abandon_start(&attempt))
     };
-    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.attempt)?;
-    finish_run(ran, &attempt, started, &cancel)
+    let ran = threads::run_stages(config, &plan, prepare, &cancel, &attempt.attempt);
+    // Losing the lock cancels the stages; whatever they then failed with,
+    // the cause is the lost lock.
+    if let Some(holder) = attempt.attempt.lost_lock() {
+        return Err(LostLock { holder: holder.0 }.into());
+    }
+    finish_run(ran?, &attempt, started, &cancel)
 }
 
 /// What needs no device: the bucketing and writers sections, the read
@@ -205,12 +243,9 @@ fn finish_run(
         ..ran.facts
     };
     let report = Box::new(finish_shard(attempt, ran.stages, facts)?);
-    // A signal while the shard was finishing: the shard is done (its marker
-    // is written) but the run reports the interruption, so a signal always
-    // gives the same exit code; a rerun commits.
-    if cancel.load(Ordering::Relaxed) {
-        return Err(Interrupted.into());
-    }
+    // Past the shard's `done` record a signal no longer stops the run: the
+    // commit finishes and the run exits 0 (an evicted pod whose output is
+    // complete must not be retried). Before it, the run exits 129/130/143.
     let commit = commit_run(&*attempt.attempt.store)?;
     Ok(RunEnd::Finished { report, commit })
 }

@@ -1,5 +1,7 @@
-//! SIGINT and SIGTERM: which one arrived, so the exit code can say (130 or
-//! 143, always the same for the same signal however far the run got), and
+//! SIGHUP, SIGINT and SIGTERM: which one arrived, so the exit code can say
+//! (129, 130 or 143, the same for the same signal wherever the run was
+//! before its shard's `done` record; after it the commit finishes, exit 0),
+//! and
 //! a cancel flag the stages poll. Installed first thing in `main`, so even a
 //! signal in the first moments of a run is handled the same way.
 
@@ -20,11 +22,11 @@ extern "C" fn on_signal(signal: libc::c_int) {
     }
 }
 
-/// Routes SIGINT and SIGTERM to `cancel`; returns an error when the handler
+/// Routes SIGHUP, SIGINT and SIGTERM to `cancel`; returns an error when the handler
 /// cannot be installed.
 pub fn install(cancel: Arc<AtomicBool>) -> std::io::Result<()> {
     let _ = CANCEL.set(cancel);
-    for signal in [libc::SIGINT, libc::SIGTERM] {
+    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` only touches atomics, which is async-signal
         // safe; the sigaction struct is zeroed and then filled in.
         let installed = unsafe {
@@ -41,9 +43,10 @@ pub fn install(cancel: Arc<AtomicBool>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The first SIGINT or SIGTERM received, if any.
+/// The first SIGHUP, SIGINT or SIGTERM received, if any.
 pub fn received() -> Option<Signal> {
     match RECEIVED.load(Ordering::SeqCst) {
+        libc::SIGHUP => Some(Signal::Hangup),
         libc::SIGINT => Some(Signal::Interrupt),
         libc::SIGTERM => Some(Signal::Terminate),
         _ => None,

@@ -16,20 +16,22 @@ use crate::util::*;
 
 /// `segpredict ARGS` with the store's environment (the server's endpoint,
 /// or the fault proxy's).
-fn command(endpoint: &str, args: &[&str]) -> Command {
+pub(crate) fn command(endpoint: &str, args: &[&str]) -> Command {
     let mut command = Command::new(bin());
     command.args(args);
     configure_s3(quiet_env(&mut command), endpoint);
     command
 }
 
-fn run_s3(endpoint: &str, file: &Path, args: &[&str], out: &Path) -> RunResult {
-    let mut all = vec!["run", file.to_str().unwrap()];
+/// `segpredict run FILE ARGS`, waiting for the lease a killed run left
+/// (the test pipelines' leases last 3 s).
+pub(crate) fn run_s3(endpoint: &str, file: &Path, args: &[&str], out: &Path) -> RunResult {
+    let mut all = vec!["run", file.to_str().unwrap(), "--wait-for-lock=30s"];
     all.extend_from_slice(args);
     run_command(&mut command(endpoint, &all), out)
 }
 
-fn spawn_s3(endpoint: &str, file: &Path, args: &[&str]) -> Child {
+pub(crate) fn spawn_s3(endpoint: &str, file: &Path, args: &[&str]) -> Child {
     let mut all = vec!["run", file.to_str().unwrap()];
     all.extend_from_slice(args);
     command(endpoint, &all)
@@ -40,13 +42,13 @@ fn spawn_s3(endpoint: &str, file: &Path, args: &[&str]) -> Child {
 }
 
 /// The input uploaded to `bucket` under `in/`; its URL.
-fn upload_input(server: &S3Server, bucket: &str, input: &Path) -> PathBuf {
+pub(crate) fn upload_input(server: &S3Server, bucket: &str, input: &Path) -> PathBuf {
     server.put(bucket, "in/input.parquet", &std::fs::read(input).unwrap());
     PathBuf::from(format!("s3://{bucket}/in/"))
 }
 
 /// The objects under `prefix`, downloaded into `dir` (which is returned).
-fn download(server: &S3Server, bucket: &str, prefix: &str, dir: &Path) -> PathBuf {
+pub(crate) fn download(server: &S3Server, bucket: &str, prefix: &str, dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     server.client().download(bucket, prefix, dir);
     dir.to_path_buf()
@@ -148,13 +150,15 @@ fn the_sample_read_from_and_written_to_s3_equals_the_local_run_row_for_row() {
 }
 
 /// A slowed pipeline from `input` into `s3://bucket/prefix/`.
-fn slowed_into(input: &Path, bucket: &str, prefix: &str) -> Pipeline {
-    slowed(input, Path::new(&format!("s3://{bucket}/{prefix}/")))
+pub(crate) fn slowed_into(input: &Path, bucket: &str, prefix: &str) -> Pipeline {
+    let mut p = slowed(input, Path::new(&format!("s3://{bucket}/{prefix}/")));
+    p.storage_extra.push("lock_lease_s = 3".into());
+    p
 }
 
 /// A completed run's output under `prefix`, downloaded, checked against
 /// the uninterrupted run; its report.
-fn assert_complete_in_bucket(
+pub(crate) fn assert_complete_in_bucket(
     server: &S3Server,
     bucket: &str,
     prefix: &str,
@@ -299,7 +303,9 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
     let reference = Reference::of(&slowed(&local, &dir.path().join("reference")), &local);
     let proxy = FaultProxy::start_seeded(server.port(), FaultRates::default(), 11);
     let mut pipeline = slowed_into(&input, &bucket, "out");
-    pipeline.storage_extra = vec!["max_retries = 1".into(), "retry_timeout_s = 2".into()];
+    pipeline
+        .storage_extra
+        .extend(["max_retries = 1".into(), "retry_timeout_s = 2".into()]);
     let file = pipeline.write(&dir.path().join("outlast.toml"));
     let mut child = spawn_s3(proxy.endpoint(), &file, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -327,9 +333,7 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
 
 /// A lease object as another writer's process leaves it.
 fn lease(holder: &str, expires_ms: u128) -> Vec<u8> {
-    let text = format!(
-        r#"{{"holder":"{holder}","host":"nightly-7","pid":999,"expires_ms":{expires_ms}}}"#
-    );
+    let text = format!(r#"{{"token":"0badc0de","holder":"{holder}","expires_ms":{expires_ms}}}"#);
     text.into_bytes()
 }
 
@@ -358,11 +362,21 @@ fn a_live_lease_in_the_bucket_refuses_run_and_check_naming_the_holder_and_an_exp
         &mut command(endpoint, &["check", file.to_str().unwrap()]),
         dir.path(),
     );
-    let ran = run_s3(endpoint, &file, &[], dir.path());
+    let ran = run_command(
+        &mut command(endpoint, &["run", file.to_str().unwrap()]),
+        dir.path(),
+    );
     for result in [&checked, &ran] {
         assert_eq!(result.code, 1, "{}", result.describe());
+        for said in ["pid 999 on nightly-7", "its lease expires 20", "(in 9 min)"] {
+            assert!(
+                result.stderr.contains(said),
+                "{said}: {}",
+                result.describe()
+            );
+        }
         assert!(
-            result.stderr.contains("pid 999 on nightly-7"),
+            result.stderr.contains("--wait-for-lock"),
             "{}",
             result.describe()
         );

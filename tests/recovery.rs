@@ -282,3 +282,90 @@ fn injected_out_of_memory_does_not_reject_a_lone_row_that_fits_unpadded() {
         "the scenario needs the 1024 size class: {classes:?}"
     );
 }
+
+fn send(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) on a process this test started and has not reaped.
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+}
+
+/// A signal at many moments across a run's end: before the shard's `done`
+/// record it exits 129/130/143 and the rerun resumes to the exact output;
+/// after it the commit finishes and it exits 0 with `_SUCCESS` and the
+/// exact output (never exit 0 without them).
+#[test]
+fn a_signal_at_any_moment_around_the_end_exits_0_complete_or_1xx_resumable() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 200);
+    let started = Instant::now();
+    let reference = Reference::of(&slowed(&input, &dir.path().join("reference")), &input);
+    let whole = started.elapsed();
+    let mut moments = Moments::seeded();
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let mut codes = BTreeMap::new();
+    for trial in 0..9 {
+        let out = dir.path().join(format!("trial-{trial}"));
+        let file = slowed(&input, &out).write(&dir.path().join(format!("t{trial}.toml")));
+        let child = spawn(&file, &[]);
+        std::thread::sleep(whole.mul_f64(0.8 + 0.35 * moments.next()));
+        send(child.id(), signals[trial % 3]);
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let code = output.status.code();
+        *codes.entry(code).or_insert(0) += 1;
+        match code {
+            Some(0) => assert!(
+                out.join("_SUCCESS").is_file(),
+                "exit 0 without _SUCCESS: {stderr}"
+            ),
+            Some(129 | 130 | 143) => {}
+            other => panic!("trial {trial}: exit {other:?}: {stderr}"),
+        }
+        // Exit 0: the rerun touches nothing and the output is checked as it
+        // is; otherwise the rerun resumes it.
+        reference.assert_complete(&run_file(&file, &[], &out));
+    }
+    eprintln!("exit codes over the trials: {codes:?}");
+}
+
+/// The parent of `--local-shards` names a child killed by a signal: its
+/// shard, pid and signal, and that a rerun resumes it.
+#[test]
+fn a_local_shard_killed_by_a_signal_is_named_by_index_pid_and_signal() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 400);
+    let out = dir.path().join("out");
+    let file = slowed(&input, &out).write(&dir.path().join("p.toml"));
+    let mut parent = spawn(&file, &["--local-shards", "2"]);
+    let children = |pid: u32| -> Vec<u32> {
+        let path = format!("/proc/{pid}/task/{pid}/children");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ready = wait_until(&mut parent, deadline, || {
+        children(parent.id()).len() == 2 && has_part(&out, "part-s001of002-")
+    });
+    assert!(ready, "the shards ended before one could be killed");
+    let victim = *children(parent.id()).iter().max().unwrap();
+    send(victim, libc::SIGKILL);
+    let output = parent.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let named = format!("(pid {victim}) was killed by SIGKILL (signal 9)");
+    assert!(stderr.contains(&named), "{named}: {stderr}");
+    assert!(
+        stderr.contains("running the same command again resumes it"),
+        "{stderr}"
+    );
+    let rerun = run_file(&file, &["--local-shards", "2"], &out);
+    rerun.expect_code(0);
+    let ids = ids_of(&read_input(&input));
+    assert_each_id_once(
+        ids.iter().map(String::as_str),
+        &read_output(&out),
+        &read_rejects(&out),
+    );
+}

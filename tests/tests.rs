@@ -10,6 +10,9 @@
 //! * `deploy`: the Kubernetes manifests, validated and run as their pods.
 //! * `resume`: killed runs resumed, finished runs left alone, other runs
 //!   refused, shards in one directory.
+//! * `fenced`: the commit log's fencing: a PUT landing after its writer
+//!   was killed, a writer stopped past its lease, a lock file removed
+//!   under a running writer, two writers of one hostname and PID.
 //! * `faults`: a row the model cannot take, corrupt and truncated files
 //!   (a corrupt dictionary page, a flipped checksummed byte), a full disk,
 //!   host memory flat with ten times the rejects.
@@ -42,6 +45,7 @@ mod aoti;
 mod deploy;
 mod errors;
 mod faults;
+mod fenced;
 mod gcs;
 mod gpu;
 mod images;

@@ -33,7 +33,12 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
     });
     let exporter = metrics::Exporter::start(targets);
     let ran = loaded.and_then(|(config, allocator)| {
-        let end = pipeline::run(&config, allocator, cancel, RunOptions { shard })?;
+        let options = RunOptions {
+            shard,
+            wait_for_lock: args.wait_for_lock.unwrap_or_default(),
+            cancel: None,
+        };
+        let end = pipeline::run(&config, allocator, cancel, options)?;
         Ok((config, end))
     });
     if let Some(exporter) = exporter {

@@ -13,7 +13,6 @@ use crate::config::PipelineConfig;
 use segpredict_checkpoint::batch_parts::add_batch_files;
 use segpredict_checkpoint::checkpoint::{Attempt, Begun, Checkpoint, ShardAccounting, ShardDone};
 use segpredict_checkpoint::commit::{commit_run, RunSummary};
-use segpredict_checkpoint::done::scan_committed;
 use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};
 use segpredict_checkpoint::Store;
 use segpredict_core::message::Calibration;
@@ -27,7 +26,6 @@ use segpredict_worker::{Worker, WorkerError};
 /// and the batches earlier attempts ran.
 #[derive(Debug)]
 pub(super) struct Begin {
-    pub checkpoint: Checkpoint,
     pub attempt: Attempt,
     /// Rows earlier attempts committed: predicted, rejected.
     pub resumed: (u64, u64),
@@ -40,19 +38,20 @@ pub(super) struct Begin {
 pub(super) fn checkpoint_of(
     config: &PipelineConfig,
     plan: &ReadPlan,
-    shards: segpredict_core::shard::ShardSpec,
+    options: RunOptions,
 ) -> Result<Checkpoint> {
+    let shards = options.shard;
     // The run would read its own output back as input, or write over it.
     segpredict_reader::check_output_outside_input(&config.readers.path, &config.writers.dir)?;
     let store: Arc<dyn Store> =
         segpredict_checkpoint::open_store(&config.writers.dir, &shards.tag())?;
     let manifest = RunManifest::new(fingerprint(config)?, &plan.sources, shards.count);
-    Ok(Checkpoint::new(
-        store,
-        manifest,
-        shards,
-        config.writers.overwrite,
-    ))
+    let checkpoint = Checkpoint::new(store, manifest, shards, config.writers.overwrite)
+        .waiting_for_lock(options.wait_for_lock);
+    Ok(match options.cancel {
+        Some(cancel) => checkpoint.cancelling_on_lost_lock(cancel),
+        None => checkpoint,
+    })
 }
 
 /// Takes the checkpoint's verdict and acts on it, and keeps the plan to
@@ -63,25 +62,19 @@ pub(super) fn begin_attempt(
     plan: &mut ReadPlan,
     options: RunOptions,
 ) -> Result<Result<Begin, RunEnd>> {
-    let checkpoint = checkpoint_of(config, plan, options.shard)?;
+    let checkpoint = checkpoint_of(config, plan, options.clone())?;
     let store = checkpoint.store().clone();
     let attempt = match checkpoint.begin()? {
         Begun::Complete => return Ok(Err(RunEnd::AlreadyComplete(RunSummary::read(&*store)?))),
         Begun::ShardDone(_lock) => return Ok(Err(RunEnd::ShardAlreadyDone(commit_run(&*store)?))),
         Begun::Predict(attempt) => attempt,
     };
-    let inputs = checkpoint.manifest().input_rows();
-    let done = scan_committed(&*store, &attempt.committed, &inputs)?;
+    let done = attempt.done.clone();
     let resumed = (done.predicted(), done.rejected());
     let shard_rows = plan.select(options.shard, Arc::new(done));
     let mut earlier_batches = BatchTotals::default();
-    add_batch_files(
-        &*store,
-        &attempt.earlier_batch_files()?,
-        &mut earlier_batches,
-    )?;
+    add_batch_files(&*store, &attempt.earlier_batch_files, &mut earlier_batches)?;
     Ok(Ok(Begin {
-        checkpoint,
         attempt,
         resumed,
         shard_rows,
@@ -180,6 +173,6 @@ pub(super) fn finish_shard(
         },
         report: report.clone(),
     };
-    begin.checkpoint.mark_shard_done(&done)?;
+    attempt.log.done(done)?;
     Ok(report)
 }

@@ -45,7 +45,11 @@ pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
         }
     }
     config.writers.validate()?;
-    let checkpoint = checkpoint_of(config, &plan, shard)?;
+    let options = super::RunOptions {
+        shard,
+        ..super::RunOptions::default()
+    };
+    let checkpoint = checkpoint_of(config, &plan, options)?;
     let output = checkpoint.verdict()?;
     if output != Verdict::Complete {
         checkpoint.check_not_locked()?;
@@ -54,7 +58,7 @@ pub fn check(config: &PipelineConfig, shard: ShardSpec) -> Result<Checked> {
         Verdict::Complete => RunSummary::read(&**checkpoint.store())?,
         _ => None,
     };
-    config.writers.check_writable()?;
+    checkpoint.store().check_writable()?;
     Ok(Checked {
         files: plan.sources.len(),
         rows: plan.total_rows,

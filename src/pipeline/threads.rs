@@ -227,9 +227,11 @@ fn spawn_downstream<'scope>(
             let messages = write_rx.clone();
             spawn(scope, cancel, (), move || {
                 let (store, layout) = (&*attempt.store, &attempt.layout);
+                let log = &attempt.log;
                 writer::run_writer(
                     store,
                     layout,
+                    log,
                     idx,
                     &config.writers,
                     schema,

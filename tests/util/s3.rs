@@ -388,6 +388,10 @@ pub struct FaultRates {
     pub stall: f64,
     /// Forwarded (the server applies it), then reset before any response.
     pub lose_response: f64,
+    /// Held for `hold_seconds`, then forwarded whether or not the client is
+    /// still there (a PUT that lands after its writer was killed).
+    pub hold: f64,
+    pub hold_seconds: f64,
     pub stall_seconds: f64,
     /// A delay before every forwarded request: a network's round trip.
     pub latency_seconds: f64,
@@ -404,6 +408,8 @@ impl Default for FaultRates {
             reset: 0.0,
             stall: 0.0,
             lose_response: 0.0,
+            hold: 0.0,
+            hold_seconds: 10.0,
             stall_seconds: 2.0,
             latency_seconds: 0.0,
             methods: "",
@@ -427,6 +433,9 @@ pub struct FaultStats {
     pub reset_mid_body: u64,
     pub stall: u64,
     pub lose_response: u64,
+    pub hold: u64,
+    /// Held requests forwarded once their hold ended.
+    pub held_landed: u64,
     /// Response body bytes delivered whole to clients.
     pub bytes_out: u64,
 }
@@ -456,6 +465,8 @@ impl FaultProxy {
             .arg(format!("--reset={}", rates.reset))
             .arg(format!("--stall={}", rates.stall))
             .arg(format!("--lose-response={}", rates.lose_response))
+            .arg(format!("--hold={}", rates.hold))
+            .arg(format!("--hold-seconds={}", rates.hold_seconds))
             .arg(format!("--stall-seconds={}", rates.stall_seconds))
             .arg(format!("--latency-seconds={}", rates.latency_seconds))
             .arg(format!("--methods={}", rates.methods))

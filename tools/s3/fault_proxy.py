@@ -17,6 +17,9 @@ untouched). For a share of requests it injects a fault instead:
   lose-response  forward the request (the server applies it), then reset
                  before any response: the case where a retried conditional
                  put meets its own earlier write
+  hold           hold the whole request for --hold-seconds, then forward it
+                 whether or not its client is still there: a PUT still in
+                 flight when its writer is killed, landing much later
 
 --methods and --path-contains keep the faults to some requests (only PUTs,
 only `_SUCCESS`); --latency-seconds delays every forwarded request, as a
@@ -56,7 +59,7 @@ import threading
 import time
 from collections import Counter
 
-FAULTS = ("fail", "reset", "stall", "lose_response")
+FAULTS = ("fail", "reset", "stall", "lose_response", "hold")
 # Which requests may meet a fault: methods (comma-separated, empty: all) and
 # a substring of the path ("_SUCCESS", "uploadId=").
 TARGETS = ("methods", "path_contains")
@@ -277,9 +280,15 @@ class Exchange:
             reset(self.conn)
             return False
         delay = self.state.latency()
+        if fault == "hold":
+            self.state.count(hold=1)
+            with self.state.lock:
+                delay += self.state.rates["hold_seconds"]
         if delay > 0:
             time.sleep(delay)
         response, resp_body, sent_body = self.forward(body, expect)
+        if fault == "hold":
+            self.state.count(held_landed=1)
         self.state.count(forwarded=1)
         return self.respond(fault, stall_s, response, resp_body, sent_body)
 
@@ -377,6 +386,8 @@ def main() -> None:
     p.add_argument("--stall", type=float, default=0.0, help="share of responses dribbled over --stall-seconds")
     p.add_argument("--lose-response", type=float, default=0.0, help="share forwarded, then reset before the response")
     p.add_argument("--stall-seconds", type=float, default=2.0)
+    p.add_argument("--hold", type=float, default=0.0, help="share of requests held for --hold-seconds, then forwarded")
+    p.add_argument("--hold-seconds", type=float, default=10.0)
     p.add_argument("--methods", default="", help="faults only for these methods (comma-separated; default: all)")
     p.add_argument("--path-contains", default="", help="faults only for paths containing this")
     p.add_argument("--latency-seconds", type=float, default=0.0, help="delay before forwarding each request")
@@ -386,6 +397,7 @@ def main() -> None:
     host, _, port = a.target.rpartition(":")
     target = (host or "127.0.0.1", int(port))
     rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "stall_seconds": a.stall_seconds,
+             "hold": a.hold, "hold_seconds": a.hold_seconds,
              "latency_seconds": a.latency_seconds, "methods": a.methods, "path_contains": a.path_contains}
     state = ProxyState({k: ("" if k in TARGETS else 0.0) for k in rates}, a.seed, a.log)
     try:

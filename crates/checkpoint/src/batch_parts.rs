@@ -247,9 +247,9 @@ impl BatchPart {
         Ok(())
     }
 
-    pub fn commit(mut self) -> Result<String, WriterError> {
+    pub fn commit(mut self) -> Result<crate::log::FileEntry, WriterError> {
         self.flush()?;
-        self.file.commit()
+        Ok(self.file.commit()?.entry(crate::log::FileKind::Batches))
     }
 }
 
@@ -260,16 +260,16 @@ const READ_BATCH_ROWS: usize = 16 * 1024;
 /// at a time.
 pub fn add_batch_files(
     store: &dyn Store,
-    files: &[String],
+    files: &[crate::log::FileEntry],
     totals: &mut BatchTotals,
 ) -> Result<(), WriterError> {
-    for key in files {
-        let location = store.locate(key);
+    for file in files {
+        let location = store.locate(&file.key);
         let parquet_error = |source| WriterError::Parquet {
             location: location.clone(),
             source,
         };
-        let bytes = store.read(key)?;
+        let bytes = super::committing::read_verified(store, file)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
             .map_err(parquet_error)?;
@@ -290,7 +290,7 @@ pub fn add_batch_files(
 /// empty), as `merge_rejects` does for rejects. Returns the records.
 pub fn merge_batches(
     store: &dyn Store,
-    batch_parts: &[String],
+    batch_parts: &[crate::log::FileEntry],
     dest: &str,
 ) -> Result<u64, WriterError> {
     merge_parquet(store, batch_parts, dest, batches_schema(), &[])
@@ -342,7 +342,8 @@ mod tests {
         for r in &records {
             part.write(r.clone()).unwrap();
         }
-        part.commit().unwrap();
+        let entry = part.commit().unwrap();
+        assert_eq!(entry.key, committed);
 
         let file = std::fs::File::open(dir.path().join(&committed)).unwrap();
         let batches = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -362,15 +363,19 @@ mod tests {
         assert_eq!(read, records);
 
         let mut totals = BatchTotals::default();
-        add_batch_files(&store, std::slice::from_ref(&committed), &mut totals).unwrap();
+        add_batch_files(&store, std::slice::from_ref(&entry), &mut totals).unwrap();
         assert_eq!(totals.batches, 600);
         assert_eq!(totals.device_ms_histogram.count(), 300);
 
         let dest = "_batches.parquet";
         assert_eq!(
-            merge_batches(&store, &[committed.clone(), committed], dest).unwrap(),
+            merge_batches(&store, &[entry.clone(), entry.clone()], dest).unwrap(),
             1200
         );
         assert_eq!(merge_batches(&store, &[], dest).unwrap(), 0);
+        // A committed file changed since its record: refused, naming it.
+        std::fs::write(dir.path().join(&committed), b"not what was committed").unwrap();
+        let e = add_batch_files(&store, &[entry], &mut totals).unwrap_err();
+        assert!(e.to_string().contains("batches-1.parquet"), "{e}");
     }
 }

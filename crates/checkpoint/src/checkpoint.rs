@@ -7,15 +7,18 @@
 //! through a [`Store`]; every name is `layout.rs`'s.
 
 use segpredict_core::exit::{Classify, Failure};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{self, AttemptNames, DataKind, Name, OutputLayout, MANIFEST, SUCCESS};
+use crate::layout::{self, AttemptNames, Name, OutputLayout, MANIFEST, SUCCESS};
+use crate::log::{begin_epoch, read_log, FileKind, LogError, LogState, LogWriter};
 use crate::manifest::{ManifestError, RunManifest};
 use crate::store::{Holder, Lock, Store, StoreError};
 use segpredict_core::accounting::RowCounts;
-use segpredict_core::done::Finished;
+use segpredict_core::done::DoneSet;
 use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
 
@@ -30,7 +33,7 @@ pub enum CheckpointError {
     Unmanaged { location: String, found: String },
     #[error("output {location} holds files segpredict did not write ({found}); it writes only into an empty directory or its own run's output, and never removes other files (not with --overwrite either)")]
     Foreign { location: String, found: String },
-    #[error("output {location}: shard {shard} is being written by another process ({holder}); run again when it has ended")]
+    #[error("output {location}: shard {shard} is being written by another process ({}); run again when it has ended, or pass --wait-for-lock DURATION to wait for it", holder.described())]
     Locked {
         location: String,
         shard: ShardSpec,
@@ -42,12 +45,8 @@ pub enum CheckpointError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("{location} is not a shard marker")]
-    Marker {
-        location: String,
-        #[source]
-        source: serde_json::Error,
-    },
+    #[error(transparent)]
+    Log(#[from] LogError),
 }
 
 impl Classify for CheckpointError {
@@ -56,14 +55,14 @@ impl Classify for CheckpointError {
         match self {
             CheckpointError::Refused { .. }
             | CheckpointError::Unmanaged { .. }
-            | CheckpointError::Foreign { .. }
-            | CheckpointError::Marker { .. } => Failure::Permanent,
+            | CheckpointError::Foreign { .. } => Failure::Permanent,
             // The other process may end: a retry can succeed.
             CheckpointError::Locked { .. } | CheckpointError::AttemptTaken { .. } => {
                 Failure::Retryable
             }
             CheckpointError::Store(e) => e.failure(),
             CheckpointError::Manifest(e) => e.failure(),
+            CheckpointError::Log(e) => e.failure(),
         }
     }
 }
@@ -121,23 +120,26 @@ pub struct Checkpoint {
     manifest: RunManifest,
     shard: ShardSpec,
     overwrite: bool,
+    /// How long to wait for another process's lock (zero: refuse at once).
+    wait_for_lock: Duration,
+    /// Set when this process loses its lock (a lease taken over after it
+    /// stalled): the run's cancel flag, so the stages stop in order.
+    on_lost_lock: Option<Arc<AtomicBool>>,
 }
 
 /// An attempt that began: its names, the store, the lock it holds until it
-/// is dropped, and the committed files of earlier attempts.
+/// is dropped, the rows earlier attempts committed, and the writer of its
+/// commit-log records (the only way anything it writes becomes visible).
 #[derive(Debug)]
 pub struct Attempt {
     pub store: Arc<dyn Store>,
     pub layout: OutputLayout,
-    pub committed: Vec<Committed>,
-    _lock: Box<dyn Lock>,
-}
-
-/// A committed data file and how its rows were finished.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
-    pub key: String,
-    pub finished: Finished,
+    /// Rows earlier attempts committed, as the log counts them.
+    pub done: DoneSet,
+    /// The batch-record files earlier attempts committed.
+    pub earlier_batch_files: Vec<crate::log::FileEntry>,
+    pub log: LogWriter,
+    lock: Box<dyn Lock>,
 }
 
 /// How an attempt began.
@@ -164,7 +166,26 @@ impl Checkpoint {
             manifest,
             shard,
             overwrite,
+            wait_for_lock: Duration::ZERO,
+            on_lost_lock: None,
         }
+    }
+
+    /// Waits up to `wait` for another process's lock on the shard.
+    pub fn waiting_for_lock(mut self, wait: Duration) -> Self {
+        self.wait_for_lock = wait;
+        self
+    }
+
+    /// Sets `cancel` if this process loses its lock while it runs.
+    pub fn cancelling_on_lost_lock(mut self, cancel: Arc<AtomicBool>) -> Self {
+        self.on_lost_lock = Some(cancel);
+        self
+    }
+
+    /// This shard's commit log as it stands.
+    pub fn log(&self) -> Result<LogState, CheckpointError> {
+        Ok(read_log(self.store.as_ref(), self.shard)?)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -209,9 +230,7 @@ impl Checkpoint {
         let differences = self.manifest.differences_from(&recorded);
         match (differences.is_empty(), self.overwrite) {
             (true, _) if keys.iter().any(|k| k == SUCCESS) => Ok(Verdict::Complete),
-            (true, _) if keys.contains(&OutputLayout::done_marker(self.shard)) => {
-                Ok(Verdict::ShardDone)
-            }
+            (true, _) if self.log()?.done.is_some() => Ok(Verdict::ShardDone),
             (true, _) => Ok(Verdict::Resumes),
             (false, true) => Ok(Verdict::Replaced),
             (false, false) => Err(CheckpointError::Refused {
@@ -241,7 +260,12 @@ impl Checkpoint {
         // Locks and temporary files are what a starting run writes first.
         let data: Vec<&String> = keys
             .iter()
-            .filter(|k| !matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary)))
+            .filter(|k| {
+                !matches!(
+                    Name::parse(k),
+                    Some(Name::Lock(_) | Name::Temporary | Name::LogRecord(..))
+                )
+            })
             .collect();
         match data.first() {
             None => Ok(Verdict::New),
@@ -254,8 +278,9 @@ impl Checkpoint {
 
     /// Begins an attempt: takes this shard's lock, takes the verdict and
     /// acts on it (writes the manifest of a new run, replaces another
-    /// run's output with `--overwrite`), removes this shard's leftovers and
-    /// writes the attempt's marker.
+    /// run's output with `--overwrite`), removes this shard's leftovers,
+    /// claims the attempt's number (its epoch) and appends its `begin`
+    /// record to the shard's log, which fences every older attempt.
     pub fn begin(&self) -> Result<Begun, CheckpointError> {
         // First without the lock, which is a file in the output: a location
         // that is refused gets nothing written into it, and a finished run
@@ -274,43 +299,74 @@ impl Checkpoint {
             Verdict::Resumes | Verdict::ShardDone => {}
         }
         let keys = self.store.list("")?;
-        // After every attempt a marker or a committed file names: a new
-        // attempt never writes over an earlier one's files.
+        // After every attempt a marker or a data file names: a new attempt
+        // never writes over an earlier one's files.
         let attempt = layout::last_attempt(&keys, self.shard) + 1;
         let layout = OutputLayout::for_attempt(AttemptNames {
             shard: self.shard,
             attempt,
         });
         self.remove_leftovers(&layout, &keys)?;
-        if keys.contains(&OutputLayout::done_marker(self.shard)) {
+        if self.log()?.done.is_some() {
             return Ok(Begun::ShardDone(lock));
         }
-        let marker = layout.attempt_marker();
-        if !self
-            .store
-            .put_if_absent(&marker, started_marker().as_bytes())?
-        {
-            return Err(CheckpointError::AttemptTaken {
-                location: self.store.locate(&marker),
-            });
-        }
+        self.claim_attempt(&layout)?;
+        let (state, writer) = begin_epoch(&self.store, self.shard, attempt, &holder_text())?;
+        let Some(log) = writer else {
+            return Ok(Begun::ShardDone(lock));
+        };
         Ok(Begun::Predict(Attempt {
             store: self.store.clone(),
+            done: state.done_set(&self.input_rows(), &self.store.location())?,
+            earlier_batch_files: state.files_of(FileKind::Batches).cloned().collect(),
             layout,
-            committed: committed_files(&keys, Some(self.shard)),
-            _lock: lock,
+            log,
+            lock,
         }))
     }
 
+    /// The attempt's number is its own: put-if-absent of its marker.
+    fn claim_attempt(&self, layout: &OutputLayout) -> Result<(), CheckpointError> {
+        let marker = layout.attempt_marker();
+        match self
+            .store
+            .put_if_absent(&marker, started_marker().as_bytes())?
+        {
+            true => Ok(()),
+            false => Err(CheckpointError::AttemptTaken {
+                location: self.store.locate(&marker),
+            }),
+        }
+    }
+
+    fn input_rows(&self) -> Vec<u64> {
+        self.manifest.inputs.iter().map(|i| i.rows).collect()
+    }
+
+    /// Takes this shard's lock, waiting up to `wait_for_lock` for another
+    /// holder to end (or its lease to expire).
     fn lock(&self) -> Result<Box<dyn Lock>, CheckpointError> {
         let key = OutputLayout::lock_of(self.shard);
-        match self.store.lock(&key, &Holder(holder_text()))? {
-            Ok(lock) => Ok(lock),
-            Err(holder) => Err(CheckpointError::Locked {
-                location: self.store.location(),
-                shard: self.shard,
-                holder,
-            }),
+        let deadline = Instant::now() + self.wait_for_lock;
+        let mut told = false;
+        loop {
+            let holder = Holder(holder_text());
+            let holder = match self.store.lock(&key, &holder, self.on_lost_lock.clone())? {
+                Ok(lock) => return Ok(lock),
+                Err(holder) => holder,
+            };
+            if Instant::now() >= deadline {
+                return Err(CheckpointError::Locked {
+                    location: self.store.location(),
+                    shard: self.shard,
+                    holder,
+                });
+            }
+            if !told {
+                tracing::info!(shard = %self.shard, holder = %holder.described(), "waiting for the shard's lock (--wait-for-lock)");
+                told = true;
+            }
+            std::thread::sleep(LOCK_POLL.min(deadline.saturating_duration_since(Instant::now())));
         }
     }
 
@@ -389,6 +445,7 @@ impl Checkpoint {
             attempt: 0,
         });
         let keys = self.store.list("")?;
+        self.remove_uncounted_files(&keys)?;
         if !keys.iter().any(|k| layout.is_leftover(k)) {
             return Ok(());
         }
@@ -398,6 +455,29 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// A finished run's data files that no counted record names (an upload
+    /// that landed after its writer was killed and the run finished) are
+    /// removed by any rerun; with none, nothing is touched.
+    fn remove_uncounted_files(&self, keys: &[String]) -> Result<(), CheckpointError> {
+        let data = keys
+            .iter()
+            .filter(|k| matches!(Name::parse(k), Some(Name::Data { .. })));
+        let mut counted = Vec::new();
+        for index in 0..self.manifest.shards {
+            let shard = ShardSpec {
+                index,
+                count: self.manifest.shards,
+            };
+            counted.extend(read_log(self.store.as_ref(), shard)?.files);
+        }
+        let named: std::collections::HashSet<&str> =
+            counted.iter().map(|f| f.key.as_str()).collect();
+        if data.into_iter().all(|k| named.contains(k.as_str())) {
+            return Ok(());
+        }
+        Ok(crate::log::remove_uncounted(self.store.as_ref(), &counted)?)
+    }
+
     fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {
         for key in keys.iter().filter(|k| layout.is_leftover(k)) {
             self.store.delete(key)?;
@@ -405,17 +485,10 @@ impl Checkpoint {
         }
         Ok(())
     }
-
-    /// Records that this shard finished, durably.
-    pub fn mark_shard_done(&self, done: &ShardDone) -> Result<(), CheckpointError> {
-        let key = OutputLayout::done_marker(done.shard);
-        let text = serde_json::to_vec_pretty(done).map_err(|source| CheckpointError::Marker {
-            location: self.store.locate(&key),
-            source,
-        })?;
-        Ok(self.store.put(&key, &text)?)
-    }
 }
+
+/// How often a run waiting for a lock tries it again.
+const LOCK_POLL: Duration = Duration::from_secs(2);
 
 impl Attempt {
     /// Undoes what [`Checkpoint::begin`] wrote for an attempt whose
@@ -426,29 +499,33 @@ impl Attempt {
     /// output to refuse.
     pub fn abandon(&self) -> Result<(), CheckpointError> {
         self.store.delete(&self.layout.attempt_marker())?;
+        let shard = self.layout.names().shard;
         let keys = self.store.list("")?;
         let only_manifest = keys.iter().all(|k| {
-            k == MANIFEST || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
+            k == MANIFEST
+                || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
+                || matches!(Name::parse(k), Some(Name::LogRecord(s, _)) if s == shard)
         });
-        if !only_manifest {
+        // Only this attempt's `begin` in the log: nothing was committed.
+        if !only_manifest || read_log(self.store.as_ref(), shard)?.next > 2 {
             return Ok(());
         }
         // Another shard starting on this manifest holds its lock: then the
         // manifest is its too. Liveness is asked of the lock, not of the
         // file's existence (a dead process's lock file stays behind).
-        let shard = self.layout.names().shard;
         let mut held = Vec::new();
         for index in (0..shard.count).filter(|&i| i != shard.index) {
             let key = OutputLayout::lock_of(ShardSpec {
                 index,
                 count: shard.count,
             });
-            match self.store.lock(&key, &Holder(holder_text()))? {
+            match self.store.lock(&key, &Holder(holder_text()), None)? {
                 Ok(lock) => held.push((key, lock)),
                 Err(_) => return Ok(()),
             }
         }
         self.store.delete(MANIFEST)?;
+        self.store.delete(&OutputLayout::log_record(shard, 1))?;
         // Held until the process ends; a process that opened one of these
         // files before its removal finds the name gone and opens again.
         for (key, _lock) in &held {
@@ -458,17 +535,10 @@ impl Attempt {
         Ok(())
     }
 
-    /// The committed batch-record files of this shard's earlier attempts.
-    pub fn earlier_batch_files(&self) -> Result<Vec<String>, CheckpointError> {
-        let keys = self.store.list("")?;
-        let shard = self.layout.names().shard;
-        Ok(layout::committed(&keys, DataKind::Batches, Some(shard))
-            .into_iter()
-            .filter(|key| match Name::parse(key) {
-                Some(Name::Data { names, .. }) => names != self.layout.names(),
-                _ => false,
-            })
-            .collect())
+    /// Who took this shard's lock over, if this process lost it (it
+    /// stalled past its lease).
+    pub fn lost_lock(&self) -> Option<Holder> {
+        self.lock.lost()
     }
 }
 
@@ -491,7 +561,7 @@ pub fn lock_shards(
 ) -> Result<Vec<Box<dyn Lock>>, CheckpointError> {
     let mut held = Vec::new();
     for shard in shards {
-        match store.lock(&OutputLayout::lock_of(shard), &Holder(holder_text()))? {
+        match store.lock(&OutputLayout::lock_of(shard), &Holder(holder_text()), None)? {
             Ok(lock) => held.push(lock),
             Err(holder) => {
                 return Err(CheckpointError::Locked {
@@ -510,52 +580,27 @@ fn holder_text() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    format!("pid {} on {host}, since {}", std::process::id(), unix_now())
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    let since = segpredict_core::time::now_rfc3339();
+    format!("pid {} on {host}, since {since}", std::process::id())
 }
 
 fn started_marker() -> String {
-    serde_json::json!({ "pid": std::process::id(), "started_unix_s": unix_now() }).to_string()
+    let started = segpredict_core::time::now_rfc3339();
+    serde_json::json!({ "pid": std::process::id(), "started": started }).to_string()
 }
 
-/// The committed parts and rejects files among `keys`, of `shard` (of every
-/// shard with `None`), sorted by name.
-pub fn committed_files(keys: &[String], shard: Option<ShardSpec>) -> Vec<Committed> {
-    let parts = layout::committed(keys, DataKind::Part, shard);
-    let rejects = layout::committed(keys, DataKind::Rejects, shard);
-    let predicted = parts.into_iter().map(|key| Committed {
-        key,
-        finished: Finished::Predicted,
-    });
-    let rejected = rejects.into_iter().map(|key| Committed {
-        key,
-        finished: Finished::Rejected,
-    });
-    predicted.chain(rejected).collect()
-}
-
-/// Every shard's marker when all `count` shards are done; otherwise the
-/// shards that are not.
+/// Every shard's `done` record when all `count` shards are done;
+/// otherwise the shards that are not.
 pub fn shards_done(
     store: &dyn Store,
     count: u32,
-) -> Result<Result<Vec<ShardDone>, Vec<u32>>, CheckpointError> {
+) -> Result<Result<Vec<(ShardDone, LogState)>, Vec<u32>>, CheckpointError> {
     let mut done = Vec::new();
     let mut missing = Vec::new();
     for index in 0..count {
-        let key = OutputLayout::done_marker(ShardSpec { index, count });
-        match store.get(&key)? {
-            Some(bytes) => done.push(serde_json::from_slice(&bytes).map_err(|source| {
-                CheckpointError::Marker {
-                    location: store.locate(&key),
-                    source,
-                }
-            })?),
+        let mut state = read_log(store, ShardSpec { index, count })?;
+        match state.done.take() {
+            Some(marker) => done.push((marker, state)),
             None => missing.push(index),
         }
     }
@@ -627,12 +672,13 @@ mod tests {
         assert!(!out.exists(), "the verdict wrote nothing");
         let attempt = begin(&c);
         assert_eq!(attempt.layout.names().attempt, 1);
-        assert!(attempt.committed.is_empty());
+        assert_eq!(attempt.done.predicted() + attempt.done.rejected(), 0);
         assert_eq!(
             keys(&out),
             [
                 "_progress/attempt-s000of001-a001.json",
                 "_progress/lock-s000of001",
+                "_progress/log/s000of001/00000000000000000001.json",
                 MANIFEST
             ]
         );
@@ -657,34 +703,41 @@ mod tests {
     }
 
     #[test]
-    fn a_second_attempt_removes_its_leftovers_and_lists_committed_files() {
+    fn a_second_attempt_removes_its_leftovers_and_counts_only_logged_files() {
+        use crate::log::{Covered, FileEntry, FileKind};
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
         let c = whole(out);
         let first = begin(&c);
         let store = LocalStore::new(out);
+        let entry = |key: String, kind, rows: [u64; 2]| FileEntry {
+            key,
+            kind,
+            bytes: 0,
+            rows: rows[1] - rows[0],
+            sha256: String::new(),
+            covers: vec![Covered {
+                file: 0,
+                ranges: rows.to_vec(),
+            }],
+        };
         store.put(&first.layout.part(0, 1), b"").unwrap();
         store.put(&first.layout.rejects_part(0, 1), b"").unwrap();
-        let leftover = crate::layout::temp_key(&first.layout.part(0, 2), "s000of001-1-0");
+        first
+            .log
+            .commit(vec![
+                entry(first.layout.part(0, 1), FileKind::Part, [0, 1]),
+                entry(first.layout.rejects_part(0, 1), FileKind::Rejects, [1, 2]),
+            ])
+            .unwrap();
+        // Landed, never recorded: not counted.
+        store.put(&first.layout.part(0, 2), b"").unwrap();
+        let leftover = crate::layout::temp_key(&first.layout.part(0, 3), "s000of001-1-0");
         store.put(&leftover, b"half").unwrap();
         drop(first);
         let second = begin(&c);
         assert_eq!(second.layout.names().attempt, 2);
-        let committed: Vec<(&str, Finished)> = second
-            .committed
-            .iter()
-            .map(|c| (c.key.as_str(), c.finished))
-            .collect();
-        assert_eq!(
-            committed,
-            [
-                ("part-a001-00-00001.parquet", Finished::Predicted),
-                (
-                    "_progress/rejects-a001-00-00001.parquet",
-                    Finished::Rejected
-                )
-            ]
-        );
+        assert_eq!((second.done.predicted(), second.done.rejected()), (1, 1));
         assert!(!keys(out).contains(&leftover));
     }
 
@@ -694,7 +747,7 @@ mod tests {
         let out = dir.path();
         let shard = |i| ShardSpec::new(i, 3).unwrap();
         let c1 = checkpoint(out, manifest(3), shard(1), false);
-        drop(begin(&c1));
+        let attempt = begin(&c1);
         // Shard 1 finished and was killed while committing the run.
         let store = LocalStore::new(out);
         let ones = crate::layout::temp_key(SUCCESS, "s001of003-9-0");
@@ -706,7 +759,8 @@ mod tests {
             accounting: ShardAccounting::default(),
             report: serde_json::from_value(sample_report()).unwrap(),
         };
-        c1.mark_shard_done(&done).unwrap();
+        attempt.log.done(done).unwrap();
+        drop(attempt);
         assert_eq!(c1.verdict().unwrap(), Verdict::ShardDone);
         assert!(matches!(c1.begin().unwrap(), Begun::ShardDone(_)));
         let left = keys(out);

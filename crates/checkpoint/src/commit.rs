@@ -1,9 +1,11 @@
-//! Committing a run: once every shard's done marker is there, check every
-//! shard's accounting against the manifest and the committed files, merge
-//! the rejects into `_rejects.parquet` and every shard's and attempt's
-//! batch records into `_batches.parquet`, write `_report.json`, and write
-//! `_SUCCESS` last. The shard that finishes last does this, and so does
-//! `segpredict commit DIR` by hand.
+//! Committing a run: once every shard's log has a counted `done` record,
+//! check every shard's accounting against the manifest and the files its
+//! log counts, merge the rejects into `_rejects.parquet` and every shard's
+//! and attempt's batch records into `_batches.parquet` (each file checked
+//! against the checksum its record gives), write `_report.json`, remove
+//! the data files no counted record names (a stalled or killed writer's
+//! late uploads), and write `_SUCCESS` last. The shard that finishes last
+//! does this, and so does `segpredict commit DIR` by hand.
 //!
 //! Two shards finishing at once may both commit: each puts every object
 //! whole (the store's promise) with the same content, so the output is
@@ -13,19 +15,19 @@
 
 use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::file::reader::{FileReader, SerializedFileReader};
 use segpredict_core::exit::{content_or_io, Classify, Failure};
 use serde::{Deserialize, Serialize};
 
 use crate::batch_parts::merge_batches;
-use crate::checkpoint::{self, Committed, ShardDone};
-use crate::layout::{self, DataKind, BATCHES, COMMIT_TAG, REJECTS, REPORT_JSON, SUCCESS};
+use crate::checkpoint::{self, ShardDone};
+use crate::committing::read_verified;
+use crate::layout::{self, BATCHES, COMMIT_TAG, REJECTS, REPORT_JSON, SUCCESS};
+use crate::log::{remove_uncounted, FileEntry, FileKind, LogState};
 use crate::manifest::RunManifest;
 use crate::reject_parts::merge_rejects;
 use crate::store::{Store, StoreError};
 use crate::WriterError;
 use segpredict_core::accounting::RowCounts;
-use segpredict_core::done::Finished;
 use segpredict_core::message::SkippedFile;
 use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
@@ -149,25 +151,29 @@ pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
         Ok(shards) => shards,
         Err(missing) => return Ok(CommitState::Waiting(missing)),
     };
-    let keys = store.list("")?;
-    let committed = checkpoint::committed_files(&keys, None);
-    let mut totals = check_accounting(store, &manifest, &shards, &committed)?;
-    let rejects: Vec<String> = committed
-        .iter()
-        .filter(|c| c.finished == Finished::Rejected)
-        .map(|c| c.key.clone())
-        .collect();
+    let (shards, logs): (Vec<ShardDone>, Vec<LogState>) = shards.into_iter().unzip();
+    let files: Vec<FileEntry> = logs.into_iter().flat_map(|log| log.files).collect();
+    let mut totals = check_accounting(store, &manifest, &shards, &files)?;
+    let of_kind = |kind: FileKind| -> Vec<FileEntry> {
+        files.iter().filter(|f| f.kind == kind).cloned().collect()
+    };
     // Every shard planned the same input files, so skipped the same ones.
     let skipped: Vec<SkippedFile> = shards
         .first()
         .map(|s| s.report.skipped_files.clone())
         .unwrap_or_default();
     totals.skipped_files = skipped.len() as u64;
-    let id_type = id_type(store, &committed)?;
-    merge_rejects(store, &rejects, REJECTS, id_type, &skipped)?;
-    let batch_files = layout::committed(&keys, DataKind::Batches, None);
-    merge_batches(store, &batch_files, BATCHES)?;
+    let id_type = id_type(store, &files)?;
+    merge_rejects(
+        store,
+        &of_kind(FileKind::Rejects),
+        REJECTS,
+        id_type,
+        &skipped,
+    )?;
+    merge_batches(store, &of_kind(FileKind::Batches), BATCHES)?;
     write_report(store, shards, totals)?;
+    remove_uncounted(store, &files)?;
     store.put(SUCCESS, b"")?;
     Ok(CommitState::Committed(totals))
 }
@@ -198,14 +204,14 @@ pub fn commit_by_hand(store: &dyn Store) -> Result<CommitState, CommitError> {
     commit_run(store)
 }
 
-/// Every shard's rows add up, the shards cover the input, and the committed
-/// files hold exactly the rows the markers say (counted from the Parquet
-/// footers, not read).
+/// Every shard's rows add up, the shards cover the input, and the counted
+/// files hold exactly the rows the `done` records say (as their records
+/// give them).
 fn check_accounting(
     store: &dyn Store,
     manifest: &RunManifest,
     shards: &[ShardDone],
-    committed: &[Committed],
+    files: &[FileEntry],
 ) -> Result<Totals, CommitError> {
     let failed = |problem: String| CommitError::Accounting {
         location: store.location(),
@@ -227,14 +233,14 @@ fn check_accounting(
             totals.rows.rows_in
         )));
     }
-    let (mut predicted, mut rejected) = (0u64, 0u64);
-    for file in committed {
-        let rows = footer_rows(store, &file.key)?;
-        match file.finished {
-            Finished::Predicted => predicted += rows,
-            Finished::Rejected => rejected += rows,
-        }
-    }
+    let rows_of = |kind: FileKind| -> u64 {
+        files
+            .iter()
+            .filter(|f| f.kind == kind)
+            .map(|f| f.rows)
+            .sum()
+    };
+    let (predicted, rejected) = (rows_of(FileKind::Part), rows_of(FileKind::Rejects));
     if (predicted, rejected) != (totals.rows.rows_out, totals.rows.rows_rejected) {
         return Err(failed(format!(
             "the committed files hold {predicted} predicted and {rejected} rejected rows, the shards say {} and {}",
@@ -246,12 +252,15 @@ fn check_accounting(
 
 /// The run's id type as its committed files carry it, so `_rejects.parquet`
 /// types the id as the parts do (text for a run that committed nothing).
-fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, CommitError> {
-    let Some(first) = committed.first() else {
+fn id_type(store: &dyn Store, files: &[FileEntry]) -> Result<DataType, CommitError> {
+    let first = files
+        .iter()
+        .find(|f| matches!(f.kind, FileKind::Part | FileKind::Rejects));
+    let Some(first) = first else {
         return Ok(DataType::Utf8);
     };
     let location = store.locate(&first.key);
-    let bytes = store.read(&first.key)?;
+    let bytes = read_verified(store, first)?;
     let parquet_error = |source| CommitError::Parquet {
         location: location.clone(),
         source,
@@ -262,15 +271,6 @@ fn id_type(store: &dyn Store, committed: &[Committed]) -> Result<DataType, Commi
         .field_with_name("id")
         .map_err(|source| CommitError::Arrow { location, source })?;
     Ok(field.data_type().clone())
-}
-
-fn footer_rows(store: &dyn Store, key: &str) -> Result<u64, CommitError> {
-    let bytes = store.read(key)?;
-    let reader = SerializedFileReader::new(bytes).map_err(|source| CommitError::Parquet {
-        location: store.locate(key),
-        source,
-    })?;
-    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
 }
 
 fn write_report(

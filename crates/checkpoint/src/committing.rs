@@ -1,20 +1,71 @@
 //! A Parquet file streamed to the store and made visible whole, or not at
 //! all on every other path: an error, a cancel, a panic unwinding, a full
-//! disk (the store's [`Upload`] promise).
+//! disk (the store's [`Upload`] promise). Its size and SHA-256 are taken
+//! as it streams, for the commit record that names it; whoever reads it
+//! back checks them ([`read_verified`]).
+
+use std::io::Write;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
+use sha2::{Digest, Sha256};
 
-use super::store::{Store, Upload};
+use super::store::{Store, StoreError, Upload};
 use super::WriterError;
+use crate::log::{Coverage, FileEntry, FileKind};
 
 pub struct CommittingParquet {
-    writer: Option<ArrowWriter<Box<dyn Upload>>>,
+    writer: Option<ArrowWriter<Hashed>>,
+    key: String,
     location: String,
     rows: usize,
+    coverage: Coverage,
+}
+
+/// An upload that counts and hashes what passes through it.
+struct Hashed {
+    upload: Box<dyn Upload>,
+    sha: Sha256,
+    bytes: u64,
+}
+
+impl Write for Hashed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.upload.write(buf)?;
+        self.sha.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.upload.flush()
+    }
+}
+
+/// A file made visible: what its commit record says of it.
+#[derive(Debug)]
+pub struct Written {
+    pub key: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+    pub coverage: Coverage,
+}
+
+impl Written {
+    pub fn entry(self, kind: FileKind) -> FileEntry {
+        FileEntry {
+            key: self.key,
+            kind,
+            bytes: self.bytes,
+            rows: self.rows,
+            sha256: self.sha256,
+            covers: self.coverage.into_covered(),
+        }
+    }
 }
 
 impl CommittingParquet {
@@ -26,7 +77,11 @@ impl CommittingParquet {
         properties: WriterProperties,
     ) -> Result<Self, WriterError> {
         let location = store.locate(key);
-        let upload = store.upload(key)?;
+        let upload = Hashed {
+            upload: store.upload(key)?,
+            sha: Sha256::new(),
+            bytes: 0,
+        };
         let writer = ArrowWriter::try_new(upload, schema, Some(properties)).map_err(|source| {
             WriterError::Parquet {
                 location: location.clone(),
@@ -35,9 +90,16 @@ impl CommittingParquet {
         })?;
         Ok(Self {
             writer: Some(writer),
+            key: key.to_string(),
             location,
             rows: 0,
+            coverage: Coverage::default(),
         })
+    }
+
+    /// Notes that the rows written hold input row `origin`.
+    pub fn covers(&mut self, origin: segpredict_core::message::Origin) {
+        self.coverage.add(origin);
     }
 
     pub fn location(&self) -> &str {
@@ -60,19 +122,54 @@ impl CommittingParquet {
         Ok(())
     }
 
-    /// Writes the footer and finishes the upload: the file is visible under
-    /// its name, whole and durable. On failure nothing is.
-    pub fn commit(mut self) -> Result<String, WriterError> {
+    /// Writes the footer and finishes the upload: the file is whole and
+    /// durable under its name (visible to readers of the output once a
+    /// commit record names it). On failure nothing is there.
+    pub fn commit(mut self) -> Result<Written, WriterError> {
         let writer = self.writer.take().ok_or_else(|| WriterError::Closed {
             location: self.location.clone(),
         })?;
         // Flushes the last row group and writes the footer.
-        let upload = writer.into_inner().map_err(|source| WriterError::Parquet {
+        let hashed = writer.into_inner().map_err(|source| WriterError::Parquet {
             location: self.location.clone(),
             source,
         })?;
-        upload.finish()?;
-        Ok(self.location)
+        hashed.upload.finish()?;
+        Ok(Written {
+            key: self.key,
+            rows: self.rows as u64,
+            bytes: hashed.bytes,
+            sha256: hex(&hashed.sha.finalize()),
+            coverage: self.coverage,
+        })
+    }
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The committed file `file` names, checked against its record's size and
+/// SHA-256: a file changed or damaged since it was committed is an error
+/// naming it, never merged.
+pub fn read_verified(store: &dyn Store, file: &FileEntry) -> Result<bytes::Bytes, StoreError> {
+    let bytes = store.read(&file.key)?;
+    let sha = hex(&Sha256::digest(&bytes));
+    match bytes.len() as u64 == file.bytes && sha == file.sha256 {
+        true => Ok(bytes),
+        false => Err(StoreError {
+            op: "checking",
+            location: store.locate(&file.key),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} bytes with SHA-256 {sha}, its commit record says {} bytes with {}",
+                    bytes.len(),
+                    file.bytes,
+                    file.sha256
+                ),
+            ),
+        }),
     }
 }
 
@@ -85,7 +182,7 @@ const MERGE_BATCH_ROWS: usize = 16 * 1024;
 /// object. Returns the rows written.
 pub fn merge_parquet(
     store: &dyn Store,
-    parts: &[String],
+    parts: &[FileEntry],
     dest: &str,
     schema: SchemaRef,
     extra: &[RecordBatch],
@@ -93,12 +190,12 @@ pub fn merge_parquet(
     let props = super::parts::streamed_properties();
     let mut out = CommittingParquet::create(store, dest, schema.clone(), props)?;
     for part in parts {
-        let location = store.locate(part);
+        let location = store.locate(&part.key);
         let parquet_error = |source| WriterError::Parquet {
             location: location.clone(),
             source,
         };
-        let bytes = store.read(part)?;
+        let bytes = read_verified(store, part)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
             .map_err(parquet_error)?;
@@ -118,7 +215,5 @@ pub fn merge_parquet(
     for batch in extra {
         out.write(batch)?;
     }
-    let rows = out.rows() as u64;
-    out.commit()?;
-    Ok(rows)
+    Ok(out.commit()?.rows)
 }

@@ -7,7 +7,7 @@
 //! _progress/rejects-[S-]aAAA-WW-NNNNN.parquet   committed rejects
 //! _progress/batches-[S-]aAAA-WW-NNNNN.parquet   committed batch records
 //! _progress/attempt-S-aAAA.json          one per attempt of a shard
-//! _progress/done-S.json                  a shard's accounting, once done
+//! _progress/log/S/NNNNNNNNNNNNNNNNNNNN.json   the shard's commit log (log.rs)
 //! _progress/report-S.svg                 a sharded run's per-shard plot
 //! _progress/lock-S                       held by the shard's one writer
 //! _rejects.parquet, _batches.parquet, _report.json, _report.svg,
@@ -23,6 +23,8 @@
 //! dataset readers skip it, as they skip `_SUCCESS`.
 
 use segpredict_core::shard::ShardSpec;
+pub use segpredict_store::temp::temp_key;
+use segpredict_store::temp::{file_name, has_temporary_shape};
 
 pub const REJECTS: &str = "_rejects.parquet";
 pub const BATCHES: &str = "_batches.parquet";
@@ -31,7 +33,6 @@ pub const REPORT_SVG: &str = "_report.svg";
 pub const SUCCESS: &str = "_SUCCESS";
 pub const MANIFEST: &str = "_run.json";
 pub const PROGRESS: &str = "_progress";
-const IN_PROGRESS_SUFFIX: &str = ".inprogress";
 /// The tag of temporary files written by `segpredict commit` by hand.
 pub const COMMIT_TAG: &str = "commit";
 
@@ -80,7 +81,8 @@ pub enum Name {
         seq: usize,
     },
     AttemptMarker(AttemptNames),
-    DoneMarker(ShardSpec),
+    /// Record `seq` (from 1) of a shard's commit log.
+    LogRecord(ShardSpec, u64),
     ShardSvg(ShardSpec),
     Lock(ShardSpec),
     /// A file being written (or left by a killed writer), with the tag of
@@ -113,8 +115,10 @@ impl Name {
                 attempt: parse_number(attempt)?,
             }));
         }
-        if let Some(tag) = rest.strip_prefix("done-") {
-            return Some(Name::DoneMarker(parse_tag(tag.strip_suffix(".json")?)?));
+        if let Some(rest) = rest.strip_prefix("log/") {
+            let (tag, seq) = rest.strip_suffix(".json")?.split_once('/')?;
+            let seq = parse_number(seq).filter(|_| seq.len() == LOG_DIGITS)?;
+            return Some(Name::LogRecord(parse_tag(tag)?, seq));
         }
         if let Some(tag) = rest.strip_prefix("report-") {
             return Some(Name::ShardSvg(parse_tag(tag.strip_suffix(".svg")?)?));
@@ -156,26 +160,25 @@ fn parse_number<T: std::str::FromStr>(digits: &str) -> Option<T> {
     }
 }
 
-fn file_name(key: &str) -> &str {
-    key.rsplit_once('/').map_or(key, |(_, name)| name)
+/// Digits of a log record's number, as Delta Lake's log writes them.
+const LOG_DIGITS: usize = 20;
+
+/// `_progress/log/S/`, the folder of a shard's log.
+fn is_log_folder(folder: &str) -> bool {
+    folder
+        .strip_prefix("_progress/log/")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .is_some_and(|tag| parse_tag(tag).is_some())
 }
 
-/// A temporary file of ours: only where this program writes (the top and
-/// `_progress/`), so a dot-file of that shape deeper down is not ours.
+/// A temporary file of ours: only where this program writes (the top,
+/// `_progress/` and the commit logs in it), so a dot-file of that shape
+/// elsewhere is not ours.
 fn is_temporary(key: &str) -> bool {
     let name = file_name(key);
     let folder = &key[..key.len() - name.len()];
-    (folder.is_empty() || folder == "_progress/")
-        && name.starts_with('.')
-        && name.ends_with(IN_PROGRESS_SUFFIX)
-}
-
-/// The temporary key `key` is written under by the process tagged
-/// `unique` (which starts with the shard's tag).
-pub fn temp_key(key: &str, unique: &str) -> String {
-    let name = file_name(key);
-    let folder = &key[..key.len() - name.len()];
-    format!("{folder}.{name}.{unique}{IN_PROGRESS_SUFFIX}")
+    let ours = folder.is_empty() || folder == "_progress/" || is_log_folder(folder);
+    ours && has_temporary_shape(key)
 }
 
 /// Whether `key` is a temporary file written by a process tagged `tag`.
@@ -242,9 +245,9 @@ impl OutputLayout {
         format!("{PROGRESS}/lock-{}", shard.tag())
     }
 
-    /// Written when `shard` is done, with its accounting.
-    pub fn done_marker(shard: ShardSpec) -> String {
-        format!("{PROGRESS}/done-{}.json", shard.tag())
+    /// Record `seq` (from 1) of `shard`'s commit log.
+    pub fn log_record(shard: ShardSpec, seq: u64) -> String {
+        format!("{PROGRESS}/log/{}/{seq:020}.json", shard.tag())
     }
 
     /// This shard's plot, where a sharded run keeps it.
@@ -271,23 +274,6 @@ impl Default for OutputLayout {
 /// Whether this program writes `key`, and so may remove it (`--overwrite`).
 pub fn is_ours(key: &str) -> bool {
     Name::parse(key).is_some()
-}
-
-/// The committed data files of `kind` among `keys`, of `shard` (of every
-/// shard with `None`), sorted by name.
-pub fn committed(keys: &[String], kind: DataKind, shard: Option<ShardSpec>) -> Vec<String> {
-    let mut found: Vec<String> = keys
-        .iter()
-        .filter(|key| match Name::parse(key) {
-            Some(Name::Data { kind: k, names, .. }) => {
-                k == kind && shard.is_none_or(|s| s == names.shard)
-            }
-            _ => false,
-        })
-        .cloned()
-        .collect();
-    found.sort();
-    found
 }
 
 /// The highest attempt of `shard` that a marker or a committed file among
@@ -360,18 +346,20 @@ mod tests {
                 Name::parse(&layout.attempt_marker()),
                 Some(Name::AttemptMarker(names))
             );
-            let done = OutputLayout::done_marker(names.shard);
-            assert_eq!(Name::parse(&done), Some(Name::DoneMarker(names.shard)));
+            let record = OutputLayout::log_record(names.shard, 17);
+            assert_eq!(Name::parse(&record), Some(Name::LogRecord(names.shard, 17)));
+            let temp = temp_key(&record, &format!("{}-1-0", names.shard.tag()));
+            assert_eq!(Name::parse(&temp), Some(Name::Temporary));
             assert_eq!(Name::parse(&layout.lock()), Some(Name::Lock(names.shard)));
         }
     }
 
     #[test]
     fn temporary_names_carry_the_writers_tag() {
-        let temp = temp_key("_progress/done-s001of003.json", "s002of003-77-0");
+        let temp = temp_key("_progress/attempt-s001of003-a001.json", "s002of003-77-0");
         assert_eq!(
             temp,
-            "_progress/.done-s001of003.json.s002of003-77-0.inprogress"
+            "_progress/.attempt-s001of003-a001.json.s002of003-77-0.inprogress"
         );
         assert_eq!(Name::parse(&temp), Some(Name::Temporary));
         assert!(sharded(2, 3, 1).is_leftover(&temp));
@@ -397,13 +385,15 @@ mod tests {
             // Our temporary names' shape, but where we never write.
             "year=2026/.part-00000.parquet.s000of001-7-0.inprogress",
             "_progress/old/.done-s000of001.json.s000of001-7-0.inprogress",
+            "_progress/log/s000of001/1.json",
+            "_progress/log/notatag/00000000000000000001.json",
         ] {
             assert!(!is_ours(key), "{key}");
         }
     }
 
     #[test]
-    fn committed_files_are_found_by_kind_and_shard() {
+    fn the_last_attempt_is_found_by_markers_and_data_files() {
         let keys: Vec<String> = [
             "part-s000of002-a001-00-00001.parquet",
             "part-s001of002-a001-00-00001.parquet",
@@ -415,12 +405,6 @@ mod tests {
         .map(String::from)
         .to_vec();
         let one = ShardSpec::new(1, 2).unwrap();
-        assert_eq!(
-            committed(&keys, DataKind::Part, Some(one)),
-            ["part-s001of002-a001-00-00001.parquet"]
-        );
-        assert_eq!(committed(&keys, DataKind::Part, None).len(), 3);
-        assert_eq!(committed(&keys, DataKind::Rejects, Some(one)).len(), 1);
         assert_eq!(last_attempt(&keys, one), 2);
         // A committed part whose marker is gone still counts its attempt.
         assert_eq!(last_attempt(&keys, ShardSpec::new(0, 2).unwrap()), 4);

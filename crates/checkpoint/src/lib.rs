@@ -1,28 +1,25 @@
 //! The output location as the run's checkpoint, and the writer threads
 //! that fill it.
 //!
-//! Everything a run writes goes through a [`store::Store`] (whole-object
-//! put, put-if-absent, list, get, delete, streamed uploads visible only
-//! when whole, a lock per shard); `layout.rs` owns every name; the
-//! protocol over them is `checkpoint.rs` (the verdict `run` and `check`
-//! share, the lock, an attempt's beginning and its undoing, shard markers)
-//! and `commit.rs` (the run's commit). Each writer thread owns its own part
+//! Everything a run writes goes through a [`store::Store`] (the
+//! `segpredict-store` crate); `layout.rs` owns every name; what is visible
+//! is what each shard's commit log (`log.rs`) counts; the protocol over
+//! them is `checkpoint.rs` (the verdict `run` and `check` share, the lock,
+//! an attempt's beginning, its epoch and its undoing) and `commit.rs` (the
+//! run's commit). Each writer thread owns its own part
 //! file and rejects file, so writers never contend for a file; they commit
 //! them at least every `commit_every_s` and at `rows_per_file`, so a killed
 //! run resumes from what was committed.
 
 pub mod batch_parts;
-pub mod bucket;
-mod check;
 pub mod checkpoint;
 pub mod commit;
 mod committing;
-pub mod done;
 pub mod layout;
+pub mod log;
 pub mod manifest;
 mod parts;
 pub mod reject_parts;
-pub mod store;
 mod thread;
 
 use segpredict_core::exit::{Classify, Failure};
@@ -33,24 +30,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use layout::{AttemptNames, OutputLayout, BATCHES};
-pub use store::{LocalStore, Store, StoreError};
-
-/// The store of an output location: a local folder (temporary names carry
-/// `tag`, the writer's shard), or a prefix in a bucket.
-pub fn open_store(
-    location: &std::path::Path,
-    tag: &str,
-) -> Result<Arc<dyn Store>, segpredict_storage::StorageError> {
-    use segpredict_storage::Location;
-    let text = location.to_string_lossy();
-    Ok(match Location::parse(&text)? {
-        Location::Local(path) => Arc::new(LocalStore::new(path).tagged(tag)),
-        Location::Object(url) => Arc::new(bucket::BucketStore::new(
-            url,
-            segpredict_storage::settings().lock_lease,
-        )),
-    })
-}
+/// The store crate, under the name the protocol's modules use for it.
+pub use segpredict_store as store;
+pub use segpredict_store::{open_store, LocalStore, Store, StoreError};
 pub use thread::run_writer;
 
 use segpredict_core::message::{IdKind, LiveCounters, Sources};
@@ -117,6 +99,8 @@ pub enum WriterError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Log(#[from] log::LogError),
     #[error("writing {location}")]
     Parquet {
         location: String,
@@ -151,6 +135,7 @@ impl Classify for WriterError {
                     | std::io::ErrorKind::ReadOnlyFilesystem
             )),
             WriterError::Store(e) => e.failure(),
+            WriterError::Log(e) => e.failure(),
             WriterError::Parquet { .. }
             | WriterError::Arrow { .. }
             | WriterError::Closed { .. } => Failure::Retryable,

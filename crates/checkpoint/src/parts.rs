@@ -93,13 +93,16 @@ impl PartWriter {
 
     pub fn write(&mut self, predictions: &Predictions) -> Result<(), WriterError> {
         let batch = self.record_batch(predictions)?;
+        for row in &predictions.rows {
+            self.file.covers(row.origin);
+        }
         self.file.write(&batch)
     }
 
-    /// Makes the part visible under its name, whole; on failure nothing
-    /// is left behind.
-    pub fn finish(self) -> Result<String, WriterError> {
-        self.file.commit()
+    /// Puts the part under its name, whole, for a commit record to name;
+    /// on failure nothing is left behind.
+    pub fn finish(self) -> Result<crate::log::FileEntry, WriterError> {
+        Ok(self.file.commit()?.entry(crate::log::FileKind::Part))
     }
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {

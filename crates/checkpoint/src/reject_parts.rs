@@ -118,11 +118,14 @@ impl RejectPart {
                 location: self.file.location().to_string(),
                 source,
             })?;
+        for reject in rejects {
+            self.file.covers(reject.origin);
+        }
         self.file.write(&batch)
     }
 
-    pub fn commit(self) -> Result<String, WriterError> {
-        self.file.commit()
+    pub fn commit(self) -> Result<crate::log::FileEntry, WriterError> {
+        Ok(self.file.commit()?.entry(crate::log::FileKind::Rejects))
     }
 }
 
@@ -134,7 +137,7 @@ impl RejectPart {
 /// none). Returns the rows written, skipped files included.
 pub fn merge_rejects(
     store: &dyn Store,
-    reject_parts: &[String],
+    reject_parts: &[crate::log::FileEntry],
     dest: &str,
     id_type: DataType,
     skipped: &[SkippedFile],
@@ -227,14 +230,17 @@ mod tests {
             let mut part = RejectPart::create(&store, &key, IdKind::Int).unwrap();
             let rejects: Vec<Reject> = rows.iter().map(|&r| reject(i as u32, r)).collect();
             part.write(&rejects, &sources).unwrap();
-            part.commit().unwrap();
-            finals.push(key);
+            let entry = part.commit().unwrap();
+            assert_eq!(entry.key, key);
+            assert_eq!(entry.covers.len(), 1);
+            finals.push(entry);
         }
         // An uncommitted part leaves nothing behind.
         let mut part = RejectPart::create(&store, "x", IdKind::Int).unwrap();
         part.write(&[reject(0, 9)], &sources).unwrap();
         drop(part);
-        assert_eq!(store.list("").unwrap(), finals);
+        let keys: Vec<String> = finals.iter().map(|f| f.key.clone()).collect();
+        assert_eq!(store.list("").unwrap(), keys);
 
         let dest = "_rejects.parquet";
         let skipped = [SkippedFile {

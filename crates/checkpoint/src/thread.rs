@@ -18,6 +18,7 @@ use super::parts::PartWriter;
 use super::reject_parts::RejectPart;
 use super::store::Store;
 use super::{OutputLayout, OutputSchema, WriterConfig, WriterError};
+use crate::log::{FileEntry, FileKind, LogWriter};
 use segpredict_core::message::{
     BatchRecord, Predictions, Reject, RejectKind, WriterMsg, WriterReport,
 };
@@ -27,6 +28,7 @@ use segpredict_core::message::{
 struct WriterPlace<'a> {
     store: &'a dyn Store,
     layout: &'a OutputLayout,
+    log: &'a LogWriter,
     writer_idx: usize,
 }
 
@@ -141,23 +143,48 @@ impl Open<'_> {
         }
     }
 
+    /// Puts the full part under its name and appends the record that makes
+    /// it visible.
     fn commit_part(&mut self, files: &mut Vec<String>) -> Result<(), WriterError> {
         if let Some(part) = self.part.take() {
-            files.push(part.finish()?);
+            self.record(vec![part.finish()?], files)?;
         }
         Ok(())
     }
 
+    /// Puts every open file under its name, then one record naming them
+    /// all: they become visible together, or (fenced, killed) not at all.
     fn commit_all(&mut self, files: &mut Vec<String>) -> Result<(), WriterError> {
-        self.commit_part(files)?;
+        let mut entries = Vec::new();
+        if let Some(part) = self.part.take() {
+            entries.push(part.finish()?);
+        }
         if let Some(rejects) = self.rejects.take() {
-            files.push(rejects.commit()?);
+            entries.push(rejects.commit()?);
         }
-        // Not in `files`, which lists the rows' files.
         if let Some(batches) = self.batches.take() {
-            batches.commit()?;
+            entries.push(batches.commit()?);
         }
+        self.record(entries, files)?;
         self.uncommitted_since = None;
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        entries: Vec<FileEntry>,
+        files: &mut Vec<String>,
+    ) -> Result<(), WriterError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        // The rows' files, not the batch records.
+        let rows_files = entries.iter().filter(|e| e.kind != FileKind::Batches);
+        let located: Vec<String> = rows_files
+            .map(|e| self.place.store.locate(&e.key))
+            .collect();
+        self.place.log.commit(entries)?;
+        files.extend(located);
         Ok(())
     }
 }
@@ -166,9 +193,11 @@ impl Open<'_> {
 /// either way it commits the rows it has written (they are whole
 /// predictions, and a later attempt need not redo them). On an error its
 /// open files are removed, never renamed.
+#[allow(clippy::too_many_arguments)]
 pub fn run_writer(
     store: &dyn Store,
     layout: &OutputLayout,
+    log: &LogWriter,
     writer_idx: usize,
     config: &WriterConfig,
     schema: &OutputSchema,
@@ -176,14 +205,32 @@ pub fn run_writer(
     cancel: &AtomicBool,
 ) -> Result<WriterReport, WriterError> {
     segpredict_core::cpu::lower_this_thread();
+    let place = WriterPlace {
+        store,
+        layout,
+        log,
+        writer_idx,
+    };
+    write_until_done(place, config, schema, messages, cancel).map_err(|error| {
+        // A newer attempt began under this one: that is why it failed.
+        match (&error, log.superseded()) {
+            (WriterError::Log(_), _) | (_, None) => error,
+            (_, Some(fenced)) => WriterError::Log(fenced),
+        }
+    })
+}
+
+fn write_until_done(
+    place: WriterPlace<'_>,
+    config: &WriterConfig,
+    schema: &OutputSchema,
+    messages: Receiver<WriterMsg>,
+    cancel: &AtomicBool,
+) -> Result<WriterReport, WriterError> {
     let every = config.commit_every();
     let mut report = WriterReport::default();
     let mut open = Open {
-        place: WriterPlace {
-            store,
-            layout,
-            writer_idx,
-        },
+        place,
         config,
         schema,
         part: None,

@@ -8,7 +8,11 @@
 //! | 1 | a failure a retry may fix (I/O, a CUDA error, a lost device) | resumes |
 //! | 2 | a permanent error (usage, pipeline file, input schema, model or labels mismatch, a refused output directory, a corrupt input file) | fails the same way |
 //! | 3 | done, but more rows were rejected than `--max-reject-fraction` allows | redoes nothing; the data needs a person |
-//! | 130 / 143 | interrupted by SIGINT / SIGTERM; the directory is resumable | resumes |
+//! | 129 / 130 / 143 | interrupted by SIGHUP / SIGINT / SIGTERM before its shard was done; the output is resumable | resumes |
+//!
+//! A signal that arrives once the shard's `done` record is written (only
+//! the run's commit left) does not stop it: the commit finishes and the
+//! run exits 0, so an evicted pod whose output is complete is not retried.
 //!
 //! clap's own usage errors exit 2 too, which fits: a usage error is permanent.
 
@@ -42,6 +46,7 @@ impl Failure {
 /// The signal that interrupted a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    Hangup,
     Interrupt,
     Terminate,
 }
@@ -53,6 +58,7 @@ impl Outcome {
             Outcome::Failed(Failure::Retryable) => 1,
             Outcome::Failed(Failure::Permanent) => 2,
             Outcome::TooManyRejects => 3,
+            Outcome::Interrupted(Signal::Hangup) => 129,
             Outcome::Interrupted(Signal::Interrupt) => 130,
             Outcome::Interrupted(Signal::Terminate) => 143,
         }
@@ -85,6 +91,7 @@ impl Outcome {
             Some(0) => Outcome::Done,
             Some(2) => Outcome::Failed(Failure::Permanent),
             Some(3) => Outcome::TooManyRejects,
+            Some(129) => Outcome::Interrupted(Signal::Hangup),
             Some(130) => Outcome::Interrupted(Signal::Interrupt),
             Some(143) => Outcome::Interrupted(Signal::Terminate),
             _ => Outcome::Failed(Failure::Retryable),
@@ -310,7 +317,7 @@ mod tests {
         assert_eq!(Outcome::TooManyRejects.code(), 3);
         assert_eq!(Outcome::Interrupted(Signal::Interrupt).code(), 130);
         assert_eq!(Outcome::Interrupted(Signal::Terminate).code(), 143);
-        for code in [0, 1, 2, 3, 130, 143] {
+        for code in [0, 1, 2, 3, 129, 130, 143] {
             assert_eq!(i32::from(Outcome::from_code(Some(code)).code()), code);
         }
         assert_eq!(

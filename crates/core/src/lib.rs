@@ -11,3 +11,4 @@ pub mod message;
 pub mod requests;
 pub mod shard;
 pub mod stats;
+pub mod time;

@@ -1,26 +1,18 @@
-//! The output directory checked without touching it, for `segpredict check`:
-//! whether the run could create and write it. Whether it would accept what
-//! is already there is `checkpoint::inspect_dir`'s verdict.
+//! A local output folder checked without touching it, for `segpredict
+//! check`: whether the run could create and write it. Whether it would
+//! accept what is already there is the checkpoint's verdict.
 
 use std::io;
 use std::path::Path;
 
-use super::{WriterConfig, WriterError};
-
-impl WriterConfig {
-    /// Whether the output directory (or the folder it would be created in)
-    /// is writable, asked without creating anything.
-    pub fn check_writable(&self) -> Result<(), WriterError> {
-        let dir = &self.dir;
-        let target = match dir.exists() {
-            true => dir.as_path(),
-            false => nearest_existing_folder(dir),
-        };
-        writable(target).map_err(|source| WriterError::Dir {
-            path: dir.clone(),
-            source,
-        })
-    }
+/// Whether `dir` (or the folder it would be created in) is writable, asked
+/// without creating anything.
+pub fn check_writable(dir: &Path) -> io::Result<()> {
+    let target = match dir.exists() {
+        true => dir,
+        false => nearest_existing_folder(dir),
+    };
+    writable(target)
 }
 
 /// Where `create_dir_all` would start creating `dir`.

@@ -1,5 +1,5 @@
-//! The store the checkpoint is written to: the one seam between the output
-//! protocol (`checkpoint.rs`, `commit.rs`, the writers) and where the bytes
+//! The store a run's output and checkpoint are written to: the one seam
+//! between the output protocol (`segpredict-checkpoint`) and where the bytes
 //! live. Keys are `/`-separated names relative to the output location
 //! (`part-a001-00-00001.parquet`, `_progress/done-s001of003.json`).
 //!
@@ -19,6 +19,13 @@
 //! [`LocalStore`] keeps these with a temporary file, fsync, rename and a
 //! directory fsync. Nothing above this module names `std::fs` for output.
 
+pub mod bucket;
+pub mod conformance;
+pub mod temp;
+mod writable;
+
+pub use bucket::BucketStore;
+
 use segpredict_core::exit::{Classify, Failure};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -27,8 +34,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::layout::temp_key;
+use crate::temp::temp_key;
 use segpredict_core::shard::ShardSpec;
+use std::sync::Arc;
+
+/// The store of an output location: a local folder (temporary names carry
+/// `tag`, the writer's shard), or a prefix in a bucket.
+pub fn open_store(
+    location: &Path,
+    tag: &str,
+) -> Result<Arc<dyn Store>, segpredict_storage::StorageError> {
+    use segpredict_storage::Location;
+    let text = location.to_string_lossy();
+    Ok(match Location::parse(&text)? {
+        Location::Local(path) => Arc::new(LocalStore::new(path).tagged(tag)),
+        Location::Object(url) => Arc::new(BucketStore::new(
+            url,
+            segpredict_storage::settings().lock_lease,
+        )),
+    })
+}
 
 /// A store operation that failed, naming the object.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +99,32 @@ impl std::fmt::Display for Holder {
     }
 }
 
+impl Holder {
+    /// The holder's text, with how long ago a `since TIME` in it was
+    /// (`pid 7 on h, since 2026-12-06T23:01:00Z (12 min ago)`).
+    pub fn described(&self) -> String {
+        let since = self.0.split_once("since ").and_then(|(_, rest)| {
+            let time = rest.split([' ', ',', ')']).next()?;
+            humantime::parse_rfc3339(time).ok()
+        });
+        match since {
+            Some(t) => format!("{} ({})", self.0, segpredict_core::time::relative(t)),
+            None => self.0.clone(),
+        }
+    }
+}
+
 /// A held lock; dropping it (or the process ending) frees the key.
-pub trait Lock: Send + Sync + std::fmt::Debug {}
+pub trait Lock: Send + Sync + std::fmt::Debug {
+    /// Who took the lock over, if this holder lost it (a lease renewed too
+    /// late: the process stalled past it). A kernel lock is never lost.
+    fn lost(&self) -> Option<Holder> {
+        None
+    }
+}
+
+/// A flag a lock sets when it is lost (the run's cancel flag).
+pub type OnLost = Option<std::sync::Arc<std::sync::atomic::AtomicBool>>;
 
 /// A streamed object (a Parquet part): visible under its key only once
 /// [`Upload::finish`] returns; dropped unfinished, it leaves nothing.
@@ -92,6 +141,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn locate(&self, key: &str) -> String;
     /// Creates the location if it is missing (a no-op on object stores).
     fn ensure(&self) -> Result<(), StoreError>;
+    /// Whether a run could write here, asked without writing (`check`): a
+    /// local folder's permissions; a bucket answers by its listing, which
+    /// the verdict has made already.
+    fn check_writable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Writes `bytes` under `key`, replacing what was there, atomically.
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError>;
     /// Writes `bytes` under `key` only if nothing is there: `Ok(false)`
@@ -118,9 +173,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Who holds the lock `key` now, asked without taking it and without
     /// writing anything (`check`).
     fn holder(&self, key: &str) -> Result<Option<Holder>, StoreError>;
-    /// Takes the lock `key` for `holder`, or names who holds it.
-    fn lock(&self, key: &str, holder: &Holder)
-        -> Result<Result<Box<dyn Lock>, Holder>, StoreError>;
+    /// Takes the lock `key` for `holder`, or names who holds it; `on_lost`
+    /// is set if the lock is lost while held.
+    fn lock(
+        &self,
+        key: &str,
+        holder: &Holder,
+        on_lost: OnLost,
+    ) -> Result<Result<Box<dyn Lock>, Holder>, StoreError>;
 }
 
 /// A store on a local (or mounted POSIX) file system.
@@ -291,6 +351,14 @@ impl Store for LocalStore {
         self.path(key).display().to_string()
     }
 
+    fn check_writable(&self) -> Result<(), StoreError> {
+        writable::check_writable(&self.root).map_err(|source| StoreError {
+            op: "writing into",
+            location: self.location(),
+            source,
+        })
+    }
+
     fn ensure(&self) -> Result<(), StoreError> {
         std::fs::create_dir_all(&self.root).map_err(self.error("creating", ""))
     }
@@ -364,13 +432,13 @@ impl Store for LocalStore {
             _ => {}
         }
         // Folders are only where keys live, as in an object store: the
-        // last key gone, its folder goes too (never the root; a folder
-        // that is not empty stays).
-        if let Some(folder) = path
-            .parent()
-            .filter(|f| *f != self.root && f.starts_with(&self.root))
-        {
-            let _ = std::fs::remove_dir(folder);
+        // last key gone, its folders go too, up to the first that is not
+        // empty (never the root).
+        let folders = path.ancestors().skip(1);
+        for folder in folders.take_while(|f| *f != self.root && f.starts_with(&self.root)) {
+            if std::fs::remove_dir(folder).is_err() {
+                break;
+            }
         }
         Ok(())
     }
@@ -410,6 +478,7 @@ impl Store for LocalStore {
         &self,
         key: &str,
         holder: &Holder,
+        _on_lost: OnLost,
     ) -> Result<Result<Box<dyn Lock>, Holder>, StoreError> {
         let mut file = loop {
             let (mut file, taken) = self.try_flock(key)?;
@@ -643,11 +712,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::new(dir.path());
         let first = store
-            .lock("_progress/lock", &Holder("pid 1".into()))
+            .lock("_progress/lock", &Holder("pid 1".into()), None)
             .unwrap();
         let first = first.expect("the first holder takes the lock");
         let refused = store
-            .lock("_progress/lock", &Holder("pid 2".into()))
+            .lock("_progress/lock", &Holder("pid 2".into()), None)
             .unwrap();
         assert_eq!(refused.unwrap_err(), Holder("pid 1".into()));
         let asked = store.holder("_progress/lock").unwrap();
@@ -655,7 +724,7 @@ mod tests {
         drop(first);
         assert_eq!(store.holder("_progress/lock").unwrap(), None);
         assert!(store
-            .lock("_progress/lock", &Holder("pid 3".into()))
+            .lock("_progress/lock", &Holder("pid 3".into()), None)
             .unwrap()
             .is_ok());
     }

@@ -11,11 +11,14 @@
 //!   falls back to look-then-put, which two writers racing for one key can
 //!   both pass: there, run one writer per shard (the shard lock below
 //!   still refuses a second one unless both start within the same moment);
-//! - a lock is a lease: an object naming its holder and an expiry, created
-//!   with put-if-absent, renewed by a heartbeat with a conditional update,
-//!   taken over only once expired (or at once when its holder was a process
-//!   on this host that is gone). A kill -9 elsewhere frees the shard after
-//!   the lease's time to live.
+//! - a lock is a lease: an object holding a random token of its holder's,
+//!   the holder's name and an expiry, created with put-if-absent, renewed
+//!   by a heartbeat with a conditional update, taken over only once
+//!   expired. Nothing about hosts or process ids is trusted (two pods share
+//!   a hostname and a PID). A kill -9 frees the shard after the lease's
+//!   time to live. A holder that loses its lease (it stalled past it) sets
+//!   its run's cancel flag; what it would still write is fenced by the
+//!   commit log, not by the lease.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,7 +33,8 @@ use segpredict_storage::object_store::{
 use segpredict_storage::{block_on, ObjectUrl};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Holder, Lock, Store, StoreError, Upload};
+use crate::{Holder, Lock, OnLost, Store, StoreError, Upload};
+use segpredict_core::time::{relative, rfc3339_ms};
 
 /// Parts of a multipart upload: S3's minimum is 5 MiB (the last excepted).
 const PART_BYTES: usize = 8 << 20;
@@ -64,26 +68,24 @@ impl BucketStore {
     }
 }
 
-/// Tries of an operation that object_store gave up on early: it does not
-/// retry a request that is not idempotent (a conditional put) once sent,
-/// and a reset connection then ends it after one retry.
-const TRIES: usize = 4;
-
-/// Runs `operation` until it succeeds, fails for good, or [`TRIES`] ran out,
-/// with a growing pause between tries.
+/// Runs `operation` until it succeeds, fails for good, or the store's
+/// retry time (`[storage] retry_timeout_s`) has passed, with a growing
+/// pause between tries. object_store does not retry a request that is not
+/// idempotent (a conditional put) once sent, and a reset connection ends
+/// it: bounded by time, not by a count a burst of 503s exhausts at once.
 fn retried<T>(mut operation: impl FnMut() -> object_store::Result<T>) -> object_store::Result<T> {
+    let deadline = std::time::Instant::now() + segpredict_storage::settings().retry_timeout;
     let mut pause = Duration::from_millis(100);
-    for _ in 1..TRIES {
+    loop {
         match operation() {
-            Err(e) if is_transient(&e) => {
+            Err(e) if is_transient(&e) && std::time::Instant::now() + pause < deadline => {
                 tracing::debug!(error = %e, "object store request failed; trying again");
                 std::thread::sleep(pause);
-                pause *= 2;
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
             done => return done,
         }
     }
-    operation()
 }
 
 /// A failure of the network or the server, not an answer about the object.
@@ -200,21 +202,23 @@ impl Store for BucketStore {
         Ok(self
             .current_lease(key)?
             .filter(|(lease, _)| lease.is_alive())
-            .map(|(lease, _)| Holder(lease.holder)))
+            .map(|(lease, _)| lease.shown()))
     }
 
     fn lock(
         &self,
         key: &str,
         holder: &Holder,
+        on_lost: OnLost,
     ) -> Result<Result<Box<dyn Lock>, Holder>, StoreError> {
+        let token = random_token();
         for _ in 0..5 {
-            let lease = Lease::new(holder, self.lease);
+            let lease = Lease::new(&token, holder, self.lease);
             let body = PutPayload::from(lease.to_bytes());
             let create = || PutOptions::from(PutMode::Create);
             let path = self.key(key);
             match retried(|| block_on(self.url.store().put_opts(&path, body.clone(), create()))) {
-                Ok(put) => return Ok(Ok(self.hold(key, holder, UpdateVersion::from(put)))),
+                Ok(put) => return Ok(Ok(self.hold(key, lease, put.into(), on_lost))),
                 Err(object_store::Error::AlreadyExists { .. })
                 | Err(object_store::Error::Precondition { .. }) => {}
                 Err(e) => return Err(self.error("taking the lock", key)(e)),
@@ -222,16 +226,16 @@ impl Store for BucketStore {
             let Some((held, version)) = self.current_lease(key)? else {
                 continue; // freed meanwhile
             };
-            if held.is_ours(holder) {
+            if held.token == token {
                 // Our own create, whose answer was lost: a retry found it.
-                return Ok(Ok(self.hold(key, holder, version)));
+                return Ok(Ok(self.hold(key, lease, version, on_lost)));
             }
             if held.is_alive() {
-                return Ok(Err(Holder(held.holder)));
+                return Ok(Err(held.shown()));
             }
             if let Some(version) = self.take_over(key, &lease, version)? {
                 tracing::warn!(lock = %self.locate(key), was = %held.holder, "took over an expired lock");
-                return Ok(Ok(self.hold(key, holder, version)));
+                return Ok(Ok(self.hold(key, lease, version, on_lost)));
             }
         }
         Err(self.error("taking the lock", key)(
@@ -241,6 +245,20 @@ impl Store for BucketStore {
             },
         ))
     }
+}
+
+/// 128 random bits as hex: a lease's identity, which no other process has.
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    // SAFETY: `bytes` is a valid buffer of its length for the call.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        // No entropy source: the time and the process still tell attempts apart.
+        let fallback = format!("{}-{}", now_ms(), std::process::id());
+        bytes[..fallback.len().min(16)]
+            .copy_from_slice(&fallback.as_bytes()[..fallback.len().min(16)]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl BucketStore {
@@ -297,12 +315,19 @@ impl BucketStore {
         }
     }
 
-    fn hold(&self, key: &str, holder: &Holder, version: UpdateVersion) -> Box<dyn Lock> {
+    fn hold(
+        &self,
+        key: &str,
+        lease: Lease,
+        version: UpdateVersion,
+        on_lost: OnLost,
+    ) -> Box<dyn Lock> {
         Box::new(LeaseLock::start(
             self.clone(),
             key.to_string(),
-            holder.clone(),
+            lease,
             version,
+            on_lost,
         ))
     }
 }
@@ -310,9 +335,10 @@ impl BucketStore {
 /// What a lock object holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Lease {
+    /// The holding attempt's own random token: its only identity.
+    token: String,
+    /// Who holds it, for a person.
     holder: String,
-    host: String,
-    pid: u32,
     /// Milliseconds since the Unix epoch; judged by the reader's clock, so
     /// machines' clocks must agree to well within the lease.
     expires_ms: u64,
@@ -324,27 +350,26 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
-}
-
 impl Lease {
-    fn new(holder: &Holder, ttl: Duration) -> Self {
+    fn new(token: &str, holder: &Holder, ttl: Duration) -> Self {
         Self {
+            token: token.to_string(),
             holder: holder.0.clone(),
-            host: this_host(),
-            pid: std::process::id(),
             expires_ms: now_ms() + ttl.as_millis() as u64,
+        }
+    }
+
+    fn renewed(&self, ttl: Duration) -> Self {
+        Self {
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+            ..self.clone()
         }
     }
 
     fn expired() -> Self {
         Self {
+            token: String::new(),
             holder: String::new(),
-            host: String::new(),
-            pid: 0,
             expires_ms: 0,
         }
     }
@@ -353,98 +378,157 @@ impl Lease {
         Bytes::from(serde_json::to_vec(self).unwrap_or_default())
     }
 
-    /// Written by this process for `holder`.
-    fn is_ours(&self, holder: &Holder) -> bool {
-        self.pid == std::process::id() && self.host == this_host() && self.holder == holder.0
+    fn is_alive(&self) -> bool {
+        now_ms() < self.expires_ms
     }
 
-    /// Not expired, and not held by a process of this host that is gone
-    /// (a kill -9 here need not wait for the lease to run out).
-    fn is_alive(&self) -> bool {
-        let gone_here = self.host == this_host()
-            && self.pid != std::process::id()
-            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists();
-        now_ms() < self.expires_ms && !gone_here
+    /// The holder and when the lease expires, for the one refused.
+    fn shown(&self) -> Holder {
+        let expires = UNIX_EPOCH + Duration::from_millis(self.expires_ms);
+        Holder(format!(
+            "{}; its lease expires {} ({})",
+            self.holder,
+            rfc3339_ms(self.expires_ms),
+            relative(expires)
+        ))
     }
 }
 
-/// A held lease: a heartbeat renews it; dropped, it is deleted.
+/// A held lease: a heartbeat renews it; dropped, it is deleted (unless it
+/// was lost to another holder).
 #[derive(Debug)]
 struct LeaseLock {
     stop: Arc<AtomicBool>,
+    lost: Arc<std::sync::Mutex<Option<Holder>>>,
     heartbeat: Option<std::thread::JoinHandle<()>>,
     store: BucketStore,
     key: String,
+    token: String,
+}
+
+/// What the heartbeat thread needs.
+struct Heartbeat {
+    store: BucketStore,
+    key: String,
+    lease: Lease,
+    stop: Arc<AtomicBool>,
+    lost: Arc<std::sync::Mutex<Option<Holder>>>,
+    on_lost: OnLost,
 }
 
 impl LeaseLock {
-    fn start(store: BucketStore, key: String, holder: Holder, version: UpdateVersion) -> Self {
+    fn start(
+        store: BucketStore,
+        key: String,
+        lease: Lease,
+        version: UpdateVersion,
+        on_lost: OnLost,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let (beat_store, beat_key, beat_stop) = (store.clone(), key.clone(), stop.clone());
+        let lost = Arc::new(std::sync::Mutex::new(None));
+        let token = lease.token.clone();
+        let beat = Heartbeat {
+            store: store.clone(),
+            key: key.clone(),
+            lease,
+            stop: stop.clone(),
+            lost: lost.clone(),
+            on_lost,
+        };
         let heartbeat = std::thread::Builder::new()
             .name("segpredict-lease".into())
-            .spawn(move || {
-                renew_until_stopped(&beat_store, &beat_key, &holder, version, &beat_stop)
-            })
+            .spawn(move || beat.renew_until_stopped(version))
             .ok();
         Self {
             stop,
+            lost,
             heartbeat,
             store,
             key,
+            token,
         }
     }
 }
 
-/// Renews the lease every third of its time to live. Losing it (another
-/// writer took it over after it expired: this process was stalled past
-/// the lease) ends the process: going on would write the shard's rows
-/// twice. Exit 1: the rerun resumes.
-fn renew_until_stopped(
-    store: &BucketStore,
-    key: &str,
-    holder: &Holder,
-    mut version: UpdateVersion,
-    stop: &AtomicBool,
-) {
-    let tick = Duration::from_millis(200);
-    let every = store.lease / 3;
-    let mut since = std::time::Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(tick);
-        if since.elapsed() < every {
-            continue;
-        }
-        since = std::time::Instant::now();
-        let body = PutPayload::from(Lease::new(holder, store.lease).to_bytes());
-        let update = PutOptions::from(PutMode::Update(version.clone()));
-        match block_on(store.url.store().put_opts(&store.key(key), body, update)) {
-            Ok(put) => version = UpdateVersion::from(put),
-            Err(object_store::Error::Precondition { .. }) if !stop.load(Ordering::Relaxed) => {
-                // Our own renewal applied with its answer lost reads as a
-                // changed version too: then the lease is still ours.
-                match store.current_lease(key) {
-                    Ok(Some((lease, now))) if lease.is_ours(holder) => version = now,
-                    _ => {
-                        tracing::error!(lock = %store.locate(key), "lost this shard's lock to another writer; stopping so no row is written twice");
-                        std::process::exit(1);
-                    }
+impl Heartbeat {
+    /// Renews the lease every third of its time to live. Losing it
+    /// (another writer took it over after it expired, or no renewal went
+    /// through for the lease's whole length) sets the run's cancel flag:
+    /// the stages stop in order and the run exits 1, and anything it would
+    /// still commit is fenced by the newer attempt's log record.
+    fn renew_until_stopped(self, mut version: UpdateVersion) {
+        let tick = Duration::from_millis(200);
+        let ttl = self.store.lease;
+        let mut since = std::time::Instant::now();
+        let mut renewed = std::time::Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(tick);
+            if since.elapsed() < ttl / 3 {
+                continue;
+            }
+            since = std::time::Instant::now();
+            match self.renew(&version) {
+                Ok(Ok(now)) => {
+                    version = now;
+                    renewed = std::time::Instant::now();
+                }
+                Ok(Err(taker)) => return self.lose(taker),
+                Err(error) if renewed.elapsed() >= ttl => {
+                    tracing::warn!(lock = %self.store.locate(&self.key), %error, "no renewal of the lock went through for its whole lease");
+                    return self.lose(Holder("whoever took it after it expired".into()));
+                }
+                Err(error) => {
+                    tracing::warn!(lock = %self.store.locate(&self.key), %error, "renewing the lock failed; trying again")
                 }
             }
-            Err(error) => {
-                tracing::warn!(lock = %store.locate(key), %error, "renewing the lock failed; trying again")
+        }
+    }
+
+    /// One renewal: the new version, or who holds the lease now.
+    fn renew(&self, version: &UpdateVersion) -> Result<Result<UpdateVersion, Holder>, StoreError> {
+        let body = PutPayload::from(self.lease.renewed(self.store.lease).to_bytes());
+        let update = PutOptions::from(PutMode::Update(version.clone()));
+        let path = self.store.key(&self.key);
+        match block_on(self.store.url.store().put_opts(&path, body, update)) {
+            Ok(put) => Ok(Ok(put.into())),
+            Err(object_store::Error::Precondition { .. }) => {
+                // Our own renewal applied with its answer lost reads as a
+                // changed version too: then the lease is still ours.
+                match self.store.current_lease(&self.key)? {
+                    Some((lease, now)) if lease.token == self.lease.token => Ok(Ok(now)),
+                    Some((lease, _)) => Ok(Err(lease.shown())),
+                    None => Ok(Err(Holder("nobody (the lock was removed)".into()))),
+                }
             }
+            Err(e) => Err(self.store.error("renewing the lock", &self.key)(e)),
+        }
+    }
+
+    fn lose(&self, taker: Holder) {
+        tracing::error!(lock = %self.store.locate(&self.key), now = %taker, "lost this shard's lock to another writer; stopping so no row is written twice");
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(taker);
+        if let Some(cancel) = &self.on_lost {
+            cancel.store(true, Ordering::SeqCst);
         }
     }
 }
 
-impl Lock for LeaseLock {}
+impl Lock for LeaseLock {
+    fn lost(&self) -> Option<Holder> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
 
 impl Drop for LeaseLock {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(heartbeat) = self.heartbeat.take() {
             let _ = heartbeat.join();
+        }
+        // Never remove another holder's lease.
+        let ours = matches!(self.store.current_lease(&self.key), Ok(Some((lease, _))) if lease.token == self.token);
+        if self.lost().is_some() || !ours {
+            return;
         }
         if let Err(error) = self.store.delete(&self.key) {
             tracing::warn!(%error, "releasing the lock (it expires by itself)");
@@ -635,24 +719,32 @@ mod tests {
         let store = store();
         let key = "_progress/lock-s000of001";
         let first = store
-            .lock(key, &Holder("pid 1 on a".into()))
+            .lock(key, &Holder("pid 1 on a".into()), None)
             .unwrap()
             .unwrap();
-        assert_eq!(
-            store.holder(key).unwrap(),
-            Some(Holder("pid 1 on a".into()))
+        let shown = store.holder(key).unwrap().unwrap().0;
+        assert!(
+            shown.starts_with("pid 1 on a; its lease expires 20"),
+            "{shown}"
         );
+        assert!(
+            shown.ends_with("(in 59 s)") || shown.ends_with("(in 1 min)"),
+            "{shown}"
+        );
+        // The same host and process id, another attempt: still refused.
         let refused = store
-            .lock(key, &Holder("pid 2 on b".into()))
+            .lock(key, &Holder("pid 1 on a".into()), None)
             .unwrap()
             .unwrap_err();
-        assert_eq!(refused, Holder("pid 1 on a".into()));
+        assert!(
+            refused.0.starts_with("pid 1 on a; its lease expires"),
+            "{refused}"
+        );
         drop(first);
         assert_eq!(store.holder(key).unwrap(), None);
         let expired = Lease {
+            token: "another".into(),
             holder: "pid 3 on c".into(),
-            host: "c".into(),
-            pid: 3,
             expires_ms: now_ms() - 1,
         };
         store.put(key, &expired.to_bytes()).unwrap();
@@ -661,7 +753,38 @@ mod tests {
             None,
             "an expired lease holds nothing"
         );
-        let taken = store.lock(key, &Holder("pid 4 on d".into())).unwrap();
+        let taken = store.lock(key, &Holder("pid 4 on d".into()), None).unwrap();
         assert!(taken.is_ok(), "an expired lease is taken over");
+    }
+
+    #[test]
+    fn a_lease_taken_over_sets_the_cancel_flag_and_is_not_removed_by_its_loser() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let url = ObjectUrl::with_store("memory://test", "out", memory);
+        let store = BucketStore::new(url, Duration::from_millis(900));
+        let key = "_progress/lock-s000of001";
+        let cancel = Arc::new(AtomicBool::new(false));
+        let first = store
+            .lock(key, &Holder("first".into()), Some(cancel.clone()))
+            .unwrap()
+            .unwrap();
+        // Another attempt takes the lease over as if the first had stalled.
+        let second = Lease {
+            token: "second".into(),
+            holder: "second".into(),
+            expires_ms: now_ms() + 60_000,
+        };
+        store.put(key, &second.to_bytes()).unwrap();
+        let waited = std::time::Instant::now();
+        while !cancel.load(Ordering::SeqCst) && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            cancel.load(Ordering::SeqCst),
+            "the loser's run is cancelled"
+        );
+        assert!(first.lost().unwrap().0.starts_with("second"));
+        drop(first);
+        assert!(store.holder(key).unwrap().unwrap().0.starts_with("second"));
     }
 }
