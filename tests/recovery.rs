@@ -332,24 +332,42 @@ fn a_signal_at_any_moment_around_the_end_exits_0_complete_or_1xx_resumable() {
 #[test]
 fn a_local_shard_killed_by_a_signal_is_named_by_index_pid_and_signal() {
     let dir = tmp();
-    let input = sample_subset(dir.path(), "in.parquet", 400);
+    let input = rowgroups_input(dir.path(), 600, 20);
     let out = dir.path().join("out");
     let file = slowed(&input, &out).write(&dir.path().join("p.toml"));
     let mut parent = spawn(&file, &["--local-shards", "2"]);
+    // Every process whose parent is `pid` (its threads fork them).
     let children = |pid: u32| -> Vec<u32> {
-        let path = format!("/proc/{pid}/task/{pid}/children");
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
+        let parent_of = |stat: String| -> Option<u32> {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|child| {
+                let stat = std::fs::read_to_string(format!("/proc/{child}/stat"));
+                stat.ok().and_then(parent_of) == Some(pid)
+            })
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
+    let parent_pid = parent.id();
     let ready = wait_until(&mut parent, deadline, || {
-        children(parent.id()).len() == 2 && has_part(&out, "part-s001of002-")
+        children(parent_pid).len() == 2 && has_part(&out, "part-s001of002-")
     });
-    assert!(ready, "the shards ended before one could be killed");
-    let victim = *children(parent.id()).iter().max().unwrap();
+    if !ready {
+        let output = parent.wait_with_output().unwrap();
+        panic!(
+            "the shards ended before one could be killed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let victim = *children(parent_pid).iter().max().unwrap();
     send(victim, libc::SIGKILL);
     let output = parent.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

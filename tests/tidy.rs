@@ -65,7 +65,7 @@ fn dependencies(manifest: &Path) -> Vec<String> {
 /// The crate graph ARCHITECTURE.md draws: which of our crates each may
 /// depend on. The compiler holds every `use` to it; this holds the
 /// manifests to the drawing.
-const LAYERS: [(&str, &[&str]); 7] = [
+const LAYERS: [(&str, &[&str]); 8] = [
     ("segpredict-core", &[]),
     ("segpredict-storage", &["segpredict-core"]),
     ("segpredict-bucketing", &["segpredict-core"]),
@@ -76,8 +76,12 @@ const LAYERS: [(&str, &[&str]); 7] = [
     ("segpredict-worker", &["segpredict-core"]),
     ("segpredict-report", &["segpredict-core"]),
     (
+        "segpredict-store",
+        &["segpredict-core", "segpredict-storage"],
+    ),
+    (
         "segpredict-checkpoint",
-        &["segpredict-core", "segpredict-report", "segpredict-storage"],
+        &["segpredict-core", "segpredict-report", "segpredict-store"],
     ),
 ];
 
