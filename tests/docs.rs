@@ -327,6 +327,8 @@ fn cli() -> BTreeMap<String, BTreeSet<String>> {
         .expect("segpredict --help lists its commands");
     let mut cli: BTreeMap<String, BTreeSet<String>> = commands
         .lines()
+        // "  name  about"; a wrapped about is indented further.
+        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(|name| (name.to_string(), help_flags(name)))
