@@ -35,15 +35,21 @@ impl Doc {
     }
 
     fn name(&self) -> String {
-        let path = self.path.strip_prefix(repo()).unwrap_or(&self.path);
+        let root = root();
+        let path = self.path.strip_prefix(&root).unwrap_or(&self.path);
         path.display().to_string()
     }
 }
 
+/// The repository's root, as the links resolve to it.
+fn root() -> PathBuf {
+    repo().canonicalize().expect("the repository")
+}
+
 /// README.md and every Markdown file under docs/.
 fn docs() -> Vec<Doc> {
-    let mut paths = vec![repo().join("README.md")];
-    paths.extend(markdown_under(&repo().join("docs")));
+    let mut paths = vec![root().join("README.md")];
+    paths.extend(markdown_under(&root().join("docs")));
     paths
         .into_iter()
         .map(|path| {
@@ -256,7 +262,7 @@ fn includes(text: &str) -> Vec<String> {
 
 #[test]
 fn docs_links_resolve_inside_the_repository() {
-    let root = repo().canonicalize().expect("the repository");
+    let root = root();
     let docs = docs();
     let problems: Vec<String> = docs.iter().flat_map(|d| link_problems(d, &root)).collect();
     assert!(
@@ -328,7 +334,10 @@ fn cli() -> BTreeMap<String, BTreeSet<String>> {
     let mut cli: BTreeMap<String, BTreeSet<String>> = commands
         .lines()
         // "  name  about"; a wrapped about is indented further.
-        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
+        .filter(|l| {
+            l.strip_prefix("  ")
+                .is_some_and(|rest| !rest.starts_with(' '))
+        })
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(|name| (name.to_string(), help_flags(name)))
@@ -448,7 +457,7 @@ fn the_docs_checks_catch_a_stale_flag_a_broken_link_and_a_link_out() {
     cli.insert(String::new(), long_flags("--help --version"));
     let text = "Run `segpredict run p.toml --input a\n--no-such-flag` or\n\n```sh\nsegpredict run p.toml [--output D | --gone]  # --fine\nsegpredict frobnicate\n```\n\
         See [the notes](../shared/seed.md), [a page](nothing-here.md), [out](https://example.com/) and [here](#no-heading).\n\n# A heading\n";
-    let doc = Doc::new(repo().join("docs/src/probe.md"), text.to_string());
+    let doc = Doc::new(root().join("docs/src/probe.md"), text.to_string());
     let commands: Vec<String> = doc
         .code
         .iter()
@@ -461,7 +470,7 @@ fn the_docs_checks_catch_a_stale_flag_a_broken_link_and_a_link_out() {
             "{stale}: {commands:#?}"
         );
     }
-    let root = repo().canonicalize().unwrap();
+    let root = root();
     let links = link_problems(&doc, &root);
     assert_eq!(links.len(), 5, "{links:#?}"); // four links, and ../shared/ named
     assert!(
