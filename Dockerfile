@@ -1,5 +1,5 @@
-# segpredict's container image: `just image [VARIANT]` builds it (README,
-# "Container image"). Two targets:
+# segpredict's container image: `just image [VARIANT]` builds it
+# (docs/src/container.md). Two targets:
 #
 #   cuda (the default, last stage): the binary, the torch wheel's libtorch
 #        and the CUDA libraries it loads (the wheel's nvidia-* packages);

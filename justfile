@@ -49,9 +49,25 @@ test-deps: setup
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus-pushgateway
 
-# The test suite of every crate (CPU only; the GPU tests are listed as
-# ignored). Installs what the tests need first (`test-deps`).
-test: setup test-deps
+mdbook_version := "0.5.4"
+
+# cargo install, when mdbook is missing or another version, like test-deps.
+# mdbook, which builds the docs book (docs/).
+docs-deps:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ "$(mdbook --version 2>/dev/null)" = "mdbook v{{mdbook_version}}" ]; then exit 0; fi
+    echo "installing mdbook {{mdbook_version}} (cargo install) for the docs" >&2
+    cargo install mdbook --locked --version {{mdbook_version}} --no-default-features --features search
+
+# The docs book (docs/) into target/book/; open target/book/index.html.
+docs: docs-deps
+    mdbook build docs
+
+# Installs what the tests need first (`test-deps`) and builds the docs book
+# (`docs`; tests/docs.rs checks its links and the commands it quotes).
+# The test suite of every crate (CPU only; the GPU tests are listed as ignored).
+test: setup test-deps docs
     cargo test --release --workspace
 
 # The core crate's tests alone: they build and run without libtorch.
@@ -79,7 +95,7 @@ setup-image:
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends podman runc mmdebstrap uidmap
 
 # bookworm minbase as debian:bookworm-slim, and with gcc, g++ and this machine's Rust toolchain
-# as rust:1.95-bookworm (README, "Container image"). Kept once made; `force=1` remakes them.
+# as rust:1.95-bookworm (docs/src/container.md). Kept once made; `force=1` remakes them.
 # Local base images from Debian's packages (mmdebstrap), for where no registry is reachable.
 image-base force="": setup-image
     bash tests/image/base.sh {{force}}
@@ -115,24 +131,26 @@ models: setup
 models-aoti: setup
     {{python}} tools/make_models.py --aoti --only digits-small
 
+# Arguments go to the script (`--reps 5`, `--out DIR`); benches/README.md lists every benchmark.
 # Host memory: peak RSS on the sample and on 20x the sample (benches/host/results.md).
-bench-host-memory: build
-    {{python}} benches/host/memory.py
+bench-host-memory *args: build
+    {{python}} benches/host/memory.py {{args}}
 
+# Arguments go to the script, e.g. `just bench-gpu --rows 100000 --work /scratch/bench`.
 # The GPU benchmark: run on a GPU machine with models/digits-seed.pt (see benches/gpu/RESULTS.md).
-bench-gpu: build
-    SEGPREDICT=target/release/segpredict bash benches/gpu/run.sh
+bench-gpu *args: build
+    bash benches/gpu/run.sh --segpredict target/release/segpredict --out out/gpu {{args}}
 
 # segpredict against the plain-PyTorch CPU pipeline on 5x the sample (benches/cpu/RESULTS.md).
-bench-cpu: build
-    {{python}} benches/cpu/compare.py
+bench-cpu *args: build
+    {{python}} benches/cpu/compare.py {{args}}
 
 # Image decode + resize per core: segpredict vs Pillow, torchvision and the image crate
 # (benches/images/RESULTS.md). torchvision goes into target/bench-python, not the venv.
-bench-images: build
+bench-images *args: build
     cargo build --release --workspace --examples
     {{python}} -m pip install --quiet --disable-pip-version-check --no-deps --target target/bench-python torchvision==0.26.0
-    {{python}} benches/images/compare.py
+    {{python}} benches/images/compare.py {{args}}
 
 # Arguments go to the script, e.g. `just bench-s3 --server-only` or `--rounds 3`.
 # segpredict reading from a local S3 server (moto) against local disk, and the server's limit (benches/cpu/results/s3.md).
@@ -144,6 +162,7 @@ bench-s3 *args: build test-deps
 s3-server port="9000": test-deps
     {{python}} -m moto.server -H 127.0.0.1 -p {{port}}
 
+# Arguments go to the script, e.g. `just bench-gpu-gap --rows 2000000 --backends aoti`.
 # The gap to the model's own ceiling, on a GPU machine with models/digits-seed.pt (benches/gpu/RESULTS.md).
-bench-gpu-gap: build
-    SEGPREDICT=target/release/segpredict bash benches/gpu/gap.sh
+bench-gpu-gap *args: build
+    bash benches/gpu/gap.sh --segpredict target/release/segpredict --model models/digits-seed.pt --out out/gap {{args}}

@@ -33,6 +33,8 @@
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
 //!   S3 server on loopback, the fault proxy in front of it
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
+//! * `docs`: README.md and the book under docs/: links resolve inside the
+//!   repository, quoted `segpredict` commands take the flags they quote.
 //! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -43,6 +45,7 @@ mod util;
 
 mod aoti;
 mod deploy;
+mod docs;
 mod errors;
 mod faults;
 mod fenced;

@@ -44,6 +44,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import markdown as provenance_line, provenance  # noqa: E402  (commit and machine)
 SAMPLE = ROOT / "sample_data" / "digits.parquet"
 MODEL = ROOT / "models" / "digits-small.pt"
 LABELS = ROOT / "models" / "digits-small.labels.txt"
@@ -172,11 +174,11 @@ def main() -> None:
     strongest = max((n for n in runs if n != "segpredict"), key=lambda n: summary[n]["segments_per_s_median"])
     ratios[f"segpredict/strongest plain ({strongest})"] = ratios[f"segpredict/{strongest}"]
     loads = [x for rs in runs.values() for r in rs for x in r["load"]]
-    result = {"machine": {"cores": os.cpu_count(), "platform": platform.platform(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    result = {"provenance": provenance(args.bin), "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                           "load_min": min(loads), "load_median": statistics.median(loads), "load_max": max(loads)},
               "rows": rows, "rounds": args.rounds, "segpredict_budget": budget, "strongest_plain": strongest, "runs": runs, "summary": summary, "ratios": ratios, "labels": label_check}
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
-    lines = [f"{rows:,} rows ({args.times}x the sample), {args.rounds} rounds, {os.cpu_count()} cores, "
+    lines = [provenance_line(result["provenance"]), "", f"{rows:,} rows ({args.times}x the sample), {args.rounds} rounds, {os.cpu_count()} cores, "
              f"load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}), {result['machine']['date_utc']} UTC", "",
              "| pipeline | budget | segs/s, median (run clock) | segs/s, median (process wall) | CPU s, median | padding share | rounds (run clock) |",
              "|---|---|---|---|---|---|---|"]

@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 from botocore.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import ROOT, make_scaled  # noqa: E402  (the same scaled input as the CPU comparison)
+from compare import ROOT, make_scaled, provenance, provenance_line  # noqa: E402  (the same scaled input as the CPU comparison)
 
 BUCKET = "segpredict-bench"
 PREFIX = "in/"
@@ -251,6 +251,7 @@ def markdown(r: dict) -> str:
     m = r["machine"]
     lines = [
         "# segpredict reading from a local S3 server against local disk (CPU)", "",
+        provenance_line(r["provenance"]), "",
         f"{r['rows']:,} rows ({r['times']}x the sample, {r['row_groups']} row groups, {r['input_bytes'] / 1e6:.1f} MB zstd), "
         f"{m['cores']} cores, {m['date_utc']} UTC, load average {m['load_at_start']:.1f} at the start and {m['load_at_end']:.1f} at the end, "
         f"`benches/cpu/s3.py` (moto {r['moto']} on loopback, uploaded in {r['upload_s']:.2f} s).", "",
@@ -311,7 +312,7 @@ def main() -> None:
             s3.create_bucket(Bucket=BUCKET)
             t0 = time.perf_counter()
             s3.upload_file(str(big), BUCKET, PREFIX + big.name)
-            result = {"machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+            result = {"provenance": provenance(args.bin), "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
                                   "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                   "load_at_start": os.getloadavg()[0]},
                       "rows": rows, "times": args.times, "rounds": args.rounds, "row_groups": len(groups),

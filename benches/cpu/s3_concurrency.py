@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import ROOT, make_scaled  # noqa: E402
+from compare import ROOT, make_scaled, provenance, provenance_line  # noqa: E402
 from s3 import BUCKET, PREFIX, Child, client, s3_env  # noqa: E402
 
 READ_RATE = ROOT / "target" / "release" / "examples" / "read_rate"
@@ -70,13 +70,14 @@ def main() -> None:
         finally:
             proxy.stop()
             moto.stop()
-    result = {"rows": rows, "times": args.times, "latency_ms": args.latency_ms, "rounds": args.rounds,
+    result = {"provenance": provenance(), "rows": rows, "times": args.times, "latency_ms": args.latency_ms, "rounds": args.rounds,
               "cores": os.cpu_count(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
               "load": os.getloadavg()[0], "runs": runs,
               "median_rows_per_s": {k: statistics.median(x["rows_per_s"] for x in v) for k, v in runs.items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "s3-concurrency.json").write_text(json.dumps(result, indent=1))
     lines = [f"# The reader alone against a store's latency ({args.latency_ms:g} ms a request)", "",
+             provenance_line(result["provenance"]), "",
              f"{rows:,} rows, {args.rounds} rounds interleaved, {os.cpu_count()} cores, {result['date_utc']} UTC, "
              f"load {result['load']:.1f}; `benches/cpu/s3_concurrency.py` (readers only: `crates/reader/examples/read_rate.rs`, "
              "2 reader threads, no model; moto behind `tools/s3/fault_proxy.py --latency-seconds`).", "",

@@ -3,10 +3,11 @@
 # alternating rounds on the same data, the model alone at the budget's size
 # classes, and gap.py's account for each arm.
 #
-#   ARMS="old:path/to/segpredict-old new:path/to/segpredict new-unpadded:path/to/segpredict:unpadded" \
-#     MODEL=models/digits-seed.pt ROWS=600000 bash benches/gpu/ab.sh
+#   bash benches/gpu/ab.sh --arms "old:path/to/segpredict-old new:path/to/segpredict new-unpadded:path/to/segpredict:unpadded" \
+#     --model models/digits-seed.pt --out out/ab --work /tmp/segpredict-ab [--rows 600000]
 # An arm is NAME:BINARY[:unpadded] (unpadded: pad_to_size_classes = false).
 set -uo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "ARMS OUT WORK MODEL LABELS ROWS ROUNDS PYTHON BENCH_COMMIT" "$@"
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-out/ab}; ROWS=${ROWS:-600000}; ROUNDS=${ROUNDS:-3}; ARMS=${ARMS:?}
 MODEL=$(realpath "${MODEL:-models/digits-seed.pt}"); LABELS=$(realpath "${LABELS:-${MODEL%.pt}.labels.txt}")
@@ -14,6 +15,7 @@ PY=${PYTHON:-python3}; WORK=${WORK:-/tmp/segpredict-ab}; RUNS=$WORK/runs
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$RUNS"; rm -rf "${RUNS:?}"/*
+"$PY" "$(dirname "$0")/../provenance.py" > "$OUT/provenance.md" || true  # commit and machine
 exec > >(tee "$OUT/ab-log.txt") 2>&1
 echo "== machine"; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "cores $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg)"

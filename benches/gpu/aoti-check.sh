@@ -25,12 +25,13 @@
 #      LAUNCH_BLOCKING=1 sets CUDA_LAUNCH_BLOCKING=1, so a device-side assert
 #      names its kernel).
 #
-#   MODEL=.device/models/digits-seed.pt MAKE_MODELS=.device/tools/make_models.py \
-#     [SEGPREDICT=.device/segpredict] OUT=$OUT bash .device/gpu/aoti-check.sh
+#   bash benches/gpu/aoti-check.sh --model models/digits-seed.pt --make-models tools/make_models.py \
+#     [--segpredict target/release/segpredict] --out out/aoti-check --work /tmp/segpredict-aoti
 # MODEL is optional: without it the TorchScript model is not timed, and the
 # weights are digits-seed's, rebuilt from its seed. INDUCTOR_CONFIGS="k=v ..."
 # passes inductor configs to the build (make_models.py --inductor-config).
 set -uo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "SEGPREDICT OUT WORK MODEL LABELS MAKE_MODELS ROWS SEGMENTS ROWS_PER_BATCH TAGS_PER_ROW ITERS INDUCTOR_CONFIGS LAUNCH_BLOCKING PYTHON BENCH_COMMIT" "$@"
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-out/aoti-check}; ROWS=${ROWS:-4000}; WORK=${WORK:-/tmp/segpredict-aoti}; PY=${PYTHON:-python3}
 SEGMENTS=${SEGMENTS:-16384}; ROWS_PER_BATCH=${ROWS_PER_BATCH:-400}; TAGS_PER_ROW=${TAGS_PER_ROW:-0}; ITERS=${ITERS:-100}
@@ -38,6 +39,7 @@ MAKE_MODELS=$(realpath "${MAKE_MODELS:-$HERE/../../tools/make_models.py}"); PACK
 MODEL=${MODEL:-}; if [ -n "$MODEL" ]; then MODEL=$(realpath "$MODEL"); fi
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))") PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
+"$PY" "$(dirname "$0")/../provenance.py" ${SEGPREDICT:+--binary "$SEGPREDICT"} > "$OUT/provenance.md" || true  # commit and machine
 exec > >(tee "$OUT/aoti-check-log.txt") 2>&1
 date -u
 nvidia-smi -L

@@ -13,8 +13,12 @@
 #   each pipeline's time beyond the model alone into terms and tabulates
 #   memory.
 #
-#   SEGPREDICT=target/release/segpredict MODEL=models/digits-seed.pt bash benches/gpu/gap.sh
-#   BACKENDS="torchscript aoti" GPU_MEMORY=6GiB PROFILE=0 EXTRA=0 ... bash benches/gpu/gap.sh
+#   bash benches/gpu/gap.sh --segpredict target/release/segpredict --model models/digits-seed.pt \
+#       --out out/gap --work /tmp/segpredict-gap [--rows 1000000 --rounds 3]
+#   bash benches/gpu/gap.sh ... --backends "torchscript aoti" --gpu-memory 6GiB --profile 0 --extra 0
+#
+# Every setting below is an argument named after its variable (ROWS:
+# --rows; benches/args.sh), or that variable in the environment.
 #
 # BACKENDS: torchscript (MODEL, a TorchScript file) and/or aoti (AOTI_PACKAGE,
 # a CUDA bf16 AOTInductor package of the same model; built here with
@@ -39,6 +43,7 @@
 # Results go to $OUT (or out/gap): gap.md, gap.json, runs.tar.gz, gap-log.txt,
 # careful-profile.txt, careful-trace.json.gz.
 set -uo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "SEGPREDICT OUT WORK MODEL LABELS MAKE_MODELS AOTI_PACKAGE FALLBACK_PACKAGE ROWS ROUNDS BACKENDS AOTI_ROUNDS TS_ROUNDS EXTRA PROFILE PROFILE_ROWS GPU_MEMORY GPU_MEMORY_BACKENDS MEMORY_ROWS POOLINGS PACKAGE_ARGS PACKAGE_CHECK SPEED_BACKENDS CEILING_ITERS PYTHON_AOTI_CEILING SUSTAIN SUSTAIN_TS PYTHON BENCH_COMMIT" "$@"
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-out/gap}; ROWS=${ROWS:-1000000}; ROUNDS=${ROUNDS:-3}; EXTRA=${EXTRA:-1}; PROFILE=${PROFILE:-1}
 PROFILE_ROWS=${PROFILE_ROWS:-20000}; BACKENDS=${BACKENDS:-torchscript}
@@ -51,6 +56,7 @@ AOTI_PACKAGE=${AOTI_PACKAGE:-$WORK/digits-seed.cuda.bf16.pt2}
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$RUNS" "$WORK/gpumem"; rm -rf "${RUNS:?}"/*
+"$PY" "$(dirname "$0")/../provenance.py" ${BIN:+--binary "$BIN"} > "$OUT/provenance.md" || true  # commit and machine
 exec > >(tee "$OUT/gap-log.txt") 2>&1
 
 echo "== machine"; date -u

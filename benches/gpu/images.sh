@@ -9,8 +9,10 @@
 # run over the raw one, and the report's decode_us_per_segment, from which
 # the cores decoding needs at the raw rate follow: raw segs/s x us / 1e6.
 #
-#   SEGPREDICT=path/to/segpredict ROWS=200000 bash benches/gpu/images.sh
+#   bash benches/gpu/images.sh --segpredict target/release/segpredict --out out/gpu-images \
+#       --work /tmp/segpredict-bench-images [--rows 200000 --threads "2 4 8 12"]
 set -euo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "SEGPREDICT OUT WORK ROWS THREADS PYTHON BENCH_COMMIT" "$@"
 OUT=${OUT:-out/gpu-images}
 ROWS=${ROWS:-200000}
 BIN=${SEGPREDICT:?set SEGPREDICT to the segpredict binary}
@@ -20,6 +22,7 @@ THREADS=${THREADS:-"2 4 8 12"}
 TORCH_LIB=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export LD_LIBRARY_PATH=$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT" "$WORK"
+"$PY" "$(dirname "$0")/../provenance.py" ${BIN:+--binary "$BIN"} > "$OUT/provenance.md" || true  # commit and machine
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"); "$BIN" --version
 echo "cores $(nproc)"
 $PY benches/gpu/make_data.py --rows "$ROWS" --out "$WORK/input.parquet"

@@ -6,10 +6,13 @@
 #   (pyarrow + eager TorchScript: 32 rows a batch, and a log2 budget with
 #   NCHW and with channels-last weights).
 # Runs on the GPU machine from the repository root; the segpredict binary is
-# built elsewhere and passed as $SEGPREDICT. Results go to $OUT (or ./out/gpu).
+# built elsewhere and passed as --segpredict. Results go to --out (default
+# out/gpu), its data and runs to --work (default /tmp/segpredict-bench);
+# every setting is an argument (benches/args.sh; --help lists them).
 #
-#   SEGPREDICT=path/to/segpredict ROWS=200000 bash benches/gpu/run.sh
+#   bash benches/gpu/run.sh --segpredict target/release/segpredict --out out/gpu --work /tmp/bench [--rows 200000]
 set -euo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "SEGPREDICT OUT WORK ROWS TARGET CASES DEVICE PYTHON BENCH_COMMIT" "$@"
 OUT=${OUT:-out/gpu}
 ROWS=${ROWS:-200000}
 TARGET=${TARGET:-6GiB}
@@ -19,6 +22,7 @@ WORK=${WORK:-/tmp/segpredict-bench}
 TORCH_LIB=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export LD_LIBRARY_PATH=$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT" "$WORK/runs"
+"$PY" "$(dirname "$0")/../provenance.py" ${BIN:+--binary "$BIN"} > "$OUT/provenance.md" || true  # commit and machine
 RUNS=$WORK/runs
 
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"); "$BIN" --version

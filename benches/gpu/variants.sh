@@ -3,12 +3,14 @@
 # medians): segpredict's budget pipeline with its defaults (channels-last on
 # CUDA) and with NCHW weights, beside the plain-PyTorch budget pipeline with
 # NCHW and channels-last weights, on the same data. Prints a median table.
-#   SEGPREDICT=path/to/segpredict bash benches/gpu/variants.sh
+#   bash benches/gpu/variants.sh --segpredict target/release/segpredict --out out/gpu-variants --work /tmp/segpredict-variants
 set -euo pipefail
+. "$(dirname "$0")/../args.sh"; bench_args "SEGPREDICT OUT WORK ROWS ROUNDS DEVICE PYTHON BENCH_COMMIT" "$@"
 OUT=${OUT:-out/gpu-variants}; ROWS=${ROWS:-200000}; BIN=${SEGPREDICT:?}; PY=${PYTHON:-python3}
 WORK=${WORK:-/tmp/segpredict-variants}; P=benches/gpu; ROUNDS=${ROUNDS:-3}
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 mkdir -p "$OUT" "$WORK"
+"$PY" "$(dirname "$0")/../provenance.py" ${BIN:+--binary "$BIN"} > "$OUT/provenance.md" || true  # commit and machine
 [ -f "$WORK/input.parquet" ] || $PY $P/make_data.py --rows "$ROWS" --out "$WORK/input.parquet"
 variant() { # NAME then lines appended to [model]
   local name=$1; shift

@@ -1,12 +1,13 @@
 """Host memory stays bounded as the input grows: peak RSS of segpredict on
 the sample (1x) and on an input 20x its size (new ids), in one run.
 
-    python benches/host/memory.py [--reps 3] [--bin target/release/segpredict]
+    python benches/host/memory.py [--reps 3] [--bin target/release/segpredict] [--out benches/host]
 
 The 20x input is the sample repeated with fresh ids, written with the
 sample's row-group size. Each size runs --reps times; the report's
 peak_rss_bytes (VmHWM) is read back and the medians compared. Writes
-benches/host/results.json and results.md.
+results.json and results.md into --out (default benches/host), with the
+commit and machine.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import markdown as provenance_line, provenance  # noqa: E402
+
 SAMPLE = ROOT / "sample_data" / "digits.parquet"
 
 
@@ -52,7 +57,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release" / "segpredict")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = ap.parse_args()
+    prov = provenance(args.bin)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         big = tmp / "sample-20x.parquet"
@@ -63,16 +70,19 @@ def main() -> None:
             runs["20x"].append(run(args.bin, big, tmp / "out-20x"))
     median = {k: statistics.median(r["peak_rss_mib"] for r in v) for k, v in runs.items()}
     result = {
+        "provenance": prov,
         "machine": f"{platform.machine()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores",
         "pipeline": "pipelines/sample.toml (digits-small, CPU, max_held_rows 16384)",
         "runs": runs,
         "median_peak_rss_mib": median,
         "ratio_20x_over_1x": round(median["20x"] / median["1x"], 3),
     }
-    here = Path(__file__).parent
+    here = args.out
+    here.mkdir(parents=True, exist_ok=True)
     (here / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     md = (
-        "| input | rows | median peak RSS (MiB) | runs (MiB) |\n|---|---|---|---|\n"
+        provenance_line(prov) + "\n\n"
+        + "| input | rows | median peak RSS (MiB) | runs (MiB) |\n|---|---|---|---|\n"
         + "\n".join(
             f"| {k} | {v[0]['rows']} | {median[k]:.1f} | " + ", ".join(f"{r['peak_rss_mib']:.1f}" for r in v) + " |"
             for k, v in runs.items()

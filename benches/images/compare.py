@@ -42,6 +42,8 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import markdown as provenance_line, provenance  # noqa: E402  (commit and machine)
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "target" / "bench-python"))
 from image_reference import MODES, resized  # noqa: E402
@@ -232,7 +234,7 @@ def summarize(rounds: list[dict[str, dict[str, float]]]) -> dict:
 
 
 def markdown(summary: dict, meta: dict) -> str:
-    lines = [f"# Decode + resize per core ({meta['when']})", "", f"`{meta['command']}` on {meta['machine']}; "
+    lines = [f"# Decode + resize per core ({meta['when']})", "", provenance_line(meta["provenance"]), "", f"`{meta['command']}` on {meta['machine']}; "
              f"load average before: {meta['loadavg_before']}, after: {meta['loadavg_after']}.", "",
              "| set | segpredict | image crate | Pillow | torchvision | segpredict / Pillow | segpredict / torchvision | segpredict / image crate |",
              "|---|---|---|---|---|---|---|---|"]
@@ -260,6 +262,7 @@ def main() -> None:
     meta = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python benches/images/compare.py " + " ".join(sys.argv[1:]),
+        "provenance": provenance(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.platform()}",
         "loadavg_before": os.getloadavg(),
         "files": {name: len(files) for name, files in sets.items()},

@@ -11,8 +11,8 @@
 #   - `segpredict inspect` inside prints what it prints outside;
 #   - `segpredict run` on the sample inside, into a mounted directory,
 #     gives the binary's outside labels row for row;
-#   - the manifests' image, the Dockerfile's OCI labels and the README's
-#     "Container image" section name the same image, version and source.
+#   - the manifests' image, the Dockerfile's OCI labels and the docs'
+#     container chapter (docs/src/container.md) name the same image, version and source.
 #
 # Needs target/release/segpredict (`just build`) and the venv's pyarrow.
 # Skips (exit 0, saying so) only where podman cannot be installed. Removes
@@ -268,8 +268,8 @@ check "the Dockerfile's default version label is the crate's" \
     grep -qx "ARG VERSION=$version" Dockerfile
 check "the image's source label is the Dockerfile's ($source_label)" \
     grep -qx "ARG SOURCE=$source_label" Dockerfile
-readme="$(sed -n '/^### Container image/,/^### /p' README.md)"
-check "the README's Container image section names $ref" grep -qF "$ref" <<<"$readme"
-check "the README's Container image section names the source $source_label" grep -qF "$source_label" <<<"$readme"
+readme="$(cat docs/src/container.md)"
+check "docs/src/container.md names $ref" grep -qF "$ref" <<<"$readme"
+check "docs/src/container.md names the source $source_label" grep -qF "$source_label" <<<"$readme"
 
 finish

@@ -444,7 +444,7 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
 /// cannot be named gets the general warning instead; loading it already
 /// succeeded.
 fn warn_of_generated_scans(path: &Path) {
-    const WHY: &str = "such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export with cumsum compiled as a call to ATen (README, \"Models exported with torch.export\"), or compare a sample of the package's output with the model's";
+    const WHY: &str = "such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export with cumsum compiled as a call to ATen (docs/src/models.md, \"AOTInductor packages\"), or compare a sample of the package's output with the model's";
     match super::kernels::generated_scan_kernels(path) {
         Ok(Some(kernels)) if kernels.is_empty() => {}
         Ok(Some(kernels)) => tracing::warn!(
