@@ -849,6 +849,8 @@ def build_aoti_classes(name: str, device: str, dtype_name: str, max_autotune: bo
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        # Each child's inductor starts its own pool of compile workers: share the cores out.
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(_compile_program_child, job_args))
     for model_name, _, seconds in results:

@@ -58,7 +58,9 @@ fn cuda_include(lib_dir: &std::path::Path) -> Option<Vec<PathBuf>> {
         return None;
     }
     let site = lib_dir.join("../..");
-    let home = std::env::var("CUDA_HOME").ok().map(|h| PathBuf::from(h).join("include"));
+    let home = std::env::var("CUDA_HOME")
+        .ok()
+        .map(|h| PathBuf::from(h).join("include"));
     let has = |file: &'static str| move |dir: &PathBuf| dir.join(file).exists();
     let runtime = [
         site.join("nvidia/cu13/include"),

@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, TchError, Tensor};
 
 use super::aoti::{
-    self, checked_metadata, named, AotiError, AotiPackage, AotiSettings, ProbeShape,
-    DYNAMIC_MODEL,
+    self, checked_metadata, named, AotiError, AotiPackage, AotiSettings, ProbeShape, DYNAMIC_MODEL,
 };
 use super::graph::{self, Capacity, Graph, Role};
 use super::{ModelBackend, ModelFormat};
@@ -115,7 +114,9 @@ enum GraphState {
     /// Not on CUDA, or `cuda_graphs = false`.
     Off,
     /// Captured at the class's next batch, once the model has run once.
-    Waiting { ran: bool },
+    Waiting {
+        ran: bool,
+    },
     Ready(Graph),
     Failed,
 }
@@ -167,7 +168,9 @@ impl SizeClassPackages {
                     classes.insert(class, runner);
                 }
                 None if model == DYNAMIC_MODEL => dynamic = Some(package),
-                None => tracing::warn!(path = %path.display(), model, "an unknown model in the bundle: not used"),
+                None => {
+                    tracing::warn!(path = %path.display(), model, "an unknown model in the bundle: not used")
+                }
             }
         }
         tracing::info!(path = %path.display(), classes = ?classes.keys().collect::<Vec<_>>(),
@@ -216,7 +219,11 @@ impl SizeClassPackages {
 
     /// Runs one class's model: its graph when ready and the batch fits,
     /// else the model itself; returns the output and the path it took.
-    fn run_class(&self, runner: &ClassRunner, inputs: &[Tensor]) -> Result<(Tensor, &'static str), TchError> {
+    fn run_class(
+        &self,
+        runner: &ClassRunner,
+        inputs: &[Tensor],
+    ) -> Result<(Tensor, &'static str), TchError> {
         let mut state = runner.graph.borrow_mut();
         let eager = |ran| Ok((runner.package.forward(inputs)?, ran));
         match &*state {
@@ -256,7 +263,13 @@ impl SizeClassPackages {
             Some(GraphState::Ready(graph)) => Some(graph),
             _ => None,
         };
-        let captured = Graph::capture(&runner.package, &self.roles, inputs, capacity.clone(), share);
+        let captured = Graph::capture(
+            &runner.package,
+            &self.roles,
+            inputs,
+            capacity.clone(),
+            share,
+        );
         drop(owner_state);
         match captured {
             Ok(graph) => {
@@ -342,7 +355,12 @@ impl ModelBackend for SizeClassPackages {
             return dynamic.max_segments();
         }
         let (&largest, runner) = self.classes.last_key_value()?;
-        Some(runner.package.max_segments().map_or(largest, |b| b.min(largest)))
+        Some(
+            runner
+                .package
+                .max_segments()
+                .map_or(largest, |b| b.min(largest)),
+        )
     }
 
     fn set_row_cap(&self, max_rows: usize) {
@@ -381,7 +399,11 @@ mod tests {
         let listed: Vec<_> = models.iter().map(|(m, c)| (m.as_str(), *c)).collect();
         assert_eq!(
             listed,
-            [("class_1024", Some(1024)), ("class_256", Some(256)), ("model", None)]
+            [
+                ("class_1024", Some(1024)),
+                ("class_256", Some(256)),
+                ("model", None)
+            ]
         );
         assert!(is_bundle(&bundle));
         assert!(!is_bundle(&repo_file("models/digits-small.pt2")));
@@ -396,7 +418,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("(model class_256)") && err.contains("Some(\"256\")") && err.contains("size class 1024"),
+            err.contains("(model class_256)")
+                && err.contains("Some(\"256\")")
+                && err.contains("size class 1024"),
             "{err}"
         );
     }

@@ -218,7 +218,11 @@ impl Drop for Graph {
 
 /// Zeroed buffers shaped as `inputs` but for their capacity's first
 /// dimension.
-fn buffers(roles: &[Role], inputs: &[Tensor], capacity: &Capacity) -> Result<Vec<Tensor>, TchError> {
+fn buffers(
+    roles: &[Role],
+    inputs: &[Tensor],
+    capacity: &Capacity,
+) -> Result<Vec<Tensor>, TchError> {
     roles
         .iter()
         .zip(inputs)
@@ -360,7 +364,10 @@ mod tests {
             ragged: vec![16],
         };
         assert!(capacity.fits(&roles, &inputs));
-        let full_rows = Capacity { rows: 3, ..capacity.clone() };
+        let full_rows = Capacity {
+            rows: 3,
+            ..capacity.clone()
+        };
         assert!(!full_rows.fits(&roles, &inputs), "no padding row left");
         let few_values = Capacity {
             ragged: vec![2],
