@@ -38,6 +38,7 @@ PY=${PYTHON:-python3}
 WORK=${WORK:-/tmp/segpredict-size-classes}; RUNS=$OUT/runs
 mkdir -p "$WORK" "$RUNS"
 chmod +x "$BIN" 2>/dev/null
+[ -x "$BIN" ] || { echo "!! no segpredict binary at ${SEGPREDICT:-$ROOT/.device/segpredict} (see README.md: Prepare)"; exit 2; }
 export LD_LIBRARY_PATH=$($PY -c "import torch,os;print(os.path.join(os.path.dirname(torch.__file__),'lib'))")
 export PYTHONUNBUFFERED=1
 
@@ -80,7 +81,6 @@ print("dynamic package", dst)
 PY
 ls -la "$WORK"/*.pt2
 wait $DATA; echo "data exit $?"; tail -3 "$RUNS/make-data.log"
-wait $COLD
 
 # The pipeline files: benches/gpu/seed-budget.toml (16,384-segment budget, 4,096 rows, padded,
 # bf16) with each model; `cuda_graphs = false` for the per-class packages without graphs.
@@ -110,6 +110,8 @@ anchor() { # NAME MODE
 
 echo "== untimed first runs on $PROFILE_ROWS rows (cold start first), then the package(s) alone"
 for v in dynamic classes graphs; do fits 30 "first run $v" && segpredict "first-$v" "$v" "$WORK/profile.parquet"; done
+# Nothing is timed beside the anchors' cold compiles.
+wait $COLD; echo "cold compiles done at $(elapsed) s"
 for v in dynamic classes graphs; do
   fits 40 "speed $v" || continue
   "$BIN" speed "$WORK/$v.toml" --segments 16384 --rows 400 --batches "$SUSTAIN" --input "$WORK/input.parquet" \
