@@ -287,3 +287,159 @@ fn a_packages_segment_bound_is_kept() {
     }
     assert_same_predictions_as_baseline(&run.output);
 }
+
+/// `models/digits-small.classes.pt2`: digits-small's dynamic package and a
+/// model per size class, 256 and 1024 segments (`tools/make_models.py --aoti
+/// --only digits-small --size-classes 256,1024`).
+fn bundle() -> PathBuf {
+    repo().join("models/digits-small.classes.pt2")
+}
+
+/// A copy of the bundle without its dynamic model (`--no-dynamic`).
+fn bundle_without_dynamic(dir: &Path) -> PathBuf {
+    let source = std::fs::File::open(bundle()).unwrap();
+    let mut archive = zip::ZipArchive::new(source).unwrap();
+    let path = dir.join("no-dynamic.classes.pt2");
+    let mut out = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let stored =
+        zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let mut left_out = 0;
+    for i in 0..archive.len() {
+        let mut entry = archive.by_index(i).unwrap();
+        let name = entry.name().to_string();
+        if name.contains("/data/aotinductor/model/") {
+            left_out += 1;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        out.start_file(name, stored).unwrap();
+        std::io::Write::write_all(&mut out, &bytes).unwrap();
+    }
+    out.finish().unwrap();
+    assert!(left_out > 0, "the bundle has a dynamic model");
+    path
+}
+
+/// The sample through a bundle: budget 1024, padded, `classes`.
+fn bundle_pipeline(model: PathBuf, out: PathBuf, classes: &str) -> Pipeline {
+    let mut pipeline = Pipeline::new(sample(), out);
+    pipeline.model = model;
+    pipeline.max_segments = 1024;
+    pipeline
+        .bucketing_extra
+        .push(format!("size_classes = {classes}"));
+    pipeline
+}
+
+/// The report's `model_paths`, as (segments, ran) -> batches.
+fn model_paths(out: &Path) -> std::collections::BTreeMap<(u64, String), u64> {
+    let report = read_report(out);
+    let paths = report["model_paths"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    paths
+        .iter()
+        .map(|p| {
+            let key = (
+                p["segments"].as_u64().unwrap(),
+                p["ran"].as_str().unwrap().to_string(),
+            );
+            (key, p["batches"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// Each padded batch runs on its size class's own model (256 and 1024), a
+/// class the bundle has no model for (512) and the rows over the budget run
+/// on its dynamic model; every label and score is the TorchScript model's.
+/// (16 rows a batch spreads the batches over the classes.)
+#[test]
+fn size_class_packages_predict_the_sample_each_class_on_its_own_model() {
+    let dir = tmp();
+    let mut pipeline = bundle_pipeline(bundle(), dir.path().join("out"), "[256, 512, 1024]");
+    pipeline.max_rows = 16;
+    let input = read_input(&sample());
+    let output = run_clean(&pipeline, &ids_of(&input));
+    assert_same_predictions_as_baseline(&output);
+    let paths = model_paths(&pipeline.output);
+    let ran = |segments: u64| -> Vec<&str> {
+        let of = paths.iter().filter(|((s, _), _)| *s == segments);
+        of.map(|((_, r), _)| r.as_str()).collect()
+    };
+    assert_eq!(ran(256), ["static"], "{paths:?}");
+    assert_eq!(ran(512), ["dynamic"], "{paths:?}");
+    assert_eq!(ran(1024), ["static"], "{paths:?}");
+    let over: Vec<_> = paths.keys().filter(|(s, _)| *s > 1024).collect();
+    assert!(
+        !over.is_empty(),
+        "the sample has rows over the budget: {paths:?}"
+    );
+    assert!(over.iter().all(|(_, r)| r == "dynamic"), "{paths:?}");
+    let batches: u64 = paths.values().sum();
+    assert_eq!(
+        batches,
+        report_u64(&read_report(&pipeline.output), "batches")
+    );
+}
+
+/// Without its dynamic model, a bundle refuses at start-up a run whose size
+/// classes it lacks, or whose batches are not padded, naming the file and
+/// the classes; with its own classes it runs, rejecting the rows over its
+/// largest class (its bound) and padding a batch of a class lowered by an
+/// out-of-memory up to a class it has.
+#[test]
+fn a_bundle_without_its_dynamic_model_takes_only_its_classes() {
+    let dir = tmp();
+    let bundle = bundle_without_dynamic(dir.path());
+    let classes = |p: &mut Pipeline| {
+        p.max_segments = 1024;
+        p.bucketing_extra
+            .push("size_classes = [256, 512, 1024]".into());
+    };
+    let line = refused(dir.path(), &bundle, classes, &[]);
+    assert!(
+        line.contains("size classes [256, 1024] and no dynamic model")
+            && line.contains("also come in [512]")
+            && line.contains("--size-classes 256,512,1024"),
+        "{line}"
+    );
+    let dir = tmp();
+    let unpadded = |p: &mut Pipeline| p.max_segments = 1024;
+    let padding_off = &[("pad_to_size_classes = true", "pad_to_size_classes = false")];
+    let line = refused(dir.path(), &bundle, unpadded, padding_off);
+    assert!(line.contains("every segment total"), "{line}");
+
+    let input = read_input(&sample());
+    let mut pipeline = bundle_pipeline(bundle.clone(), dir.path().join("out"), "[256, 1024]");
+    // Every 1024-segment batch fails as if out of memory: it is split in
+    // unpadded halves and the budget drops below 1024 to a class the bundle
+    // lacks; all of those are padded up to 1024.
+    pipeline
+        .model_extra
+        .push("fault_oom_above_segments = 1023".into());
+    let run = run_with_rejects(&pipeline, &input);
+    for reject in &run.rejects {
+        let row = &input[reject.source_row as usize];
+        assert!(row.n_segments.unwrap() > 512, "{reject:?}");
+        assert!(
+            ["too_many_segments", "oom_single_row"].contains(&reject.kind.as_str()),
+            "{reject:?}"
+        );
+    }
+    assert!(run.rejects.iter().any(|r| r.kind == "too_many_segments"));
+    assert_same_predictions_as_baseline(&run.output);
+    let paths = model_paths(&run.out);
+    // The halves of a split batch, and the batches under the lowered budget.
+    assert!(
+        paths
+            .keys()
+            .any(|(s, r)| *s < 1024 && *s != 256 && r == "static, padded up to 1024"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.keys().all(|(_, r)| r.starts_with("static")),
+        "{paths:?}"
+    );
+}

@@ -224,3 +224,95 @@ fn cuda_speed_over_two_streams_times_every_batch() {
     let median = speed["batch_ms_median"].as_f64().unwrap();
     assert!(median > 0.0 && median <= seconds * 1e3, "{measured}");
 }
+
+/// A CUDA size-class bundle of digits-small (classes 256 and 1024, f32):
+/// `SEGPREDICT_CUDA_BUNDLE` when set (built beforehand, e.g. by
+/// benches/gpu/size-classes), else built here with tools/make_models.py
+/// (a few minutes: three programs).
+fn cuda_bundle(dir: &std::path::Path) -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("SEGPREDICT_CUDA_BUNDLE") {
+        return path.into();
+    }
+    let path = dir.join("digits-small.cuda.classes.pt2");
+    let built = Command::new(python())
+        .arg(repo().join("tools/make_models.py"))
+        .args(["--aoti", "--only", "digits-small", "--device", "cuda"])
+        .args([
+            "--size-classes",
+            "256,1024",
+            "--jobs",
+            "3",
+            "--no-check",
+            "--out",
+        ])
+        .arg(&path)
+        .output()
+        .expect("running tools/make_models.py");
+    assert!(
+        built.status.success(),
+        "building the CUDA bundle: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    path
+}
+
+/// On CUDA a size-class bundle replays each class's CUDA graph, captured
+/// during the warm-up, for its batches (the report's `model_paths`), with
+/// the labels of the CPU run; `cuda_graphs = false` runs the class models
+/// themselves; memory does not grow after the warm-up either way.
+#[test]
+#[ignore = "needs a CUDA GPU; run with just test-gpu"]
+fn cuda_size_classes_replay_their_graphs_with_the_cpu_runs_labels() {
+    require_cuda();
+    let dir = tmp();
+    let bundle = cuda_bundle(dir.path());
+    let cpu = by_id(&baseline().output);
+    for graphs in [true, false] {
+        let out = dir.path().join(format!("out-{graphs}"));
+        let mut pipeline = Pipeline::new(sample(), &out);
+        pipeline.model = bundle.clone();
+        pipeline.max_segments = 1024;
+        pipeline
+            .bucketing_extra
+            .push("size_classes = [256, 1024]".into());
+        pipeline.model_extra.push(format!("cuda_graphs = {graphs}"));
+        let run = pipeline.run(&["--device", "cuda"]);
+        run.expect_code(0);
+        let report = read_report(&out);
+        assert_eq!(
+            report["memory"]["reserved_growth_events_after_warmup"], 0,
+            "{report}"
+        );
+        let paths = report["model_paths"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let ran = |segments: u64| -> Vec<String> {
+            let of = paths.iter().filter(|p| p["segments"] == segments);
+            of.map(|p| p["ran"].as_str().unwrap().to_string()).collect()
+        };
+        let want = if graphs { "static+graph" } else { "static" };
+        for class in [256, 1024] {
+            assert!(
+                ran(class).iter().any(|r| r == want),
+                "{class}: {:?} ({})",
+                ran(class),
+                run.describe()
+            );
+        }
+        let gpu = read_output(&out);
+        assert_eq!(gpu.len(), SAMPLE_ROWS);
+        let agree = gpu
+            .iter()
+            .filter(|r| {
+                cpu.get(r.id.as_str())
+                    .is_some_and(|c| c.label_id == r.label_id)
+            })
+            .count();
+        assert!(
+            agree * 1000 >= gpu.len() * 998,
+            "{agree} of {} labels agree",
+            gpu.len()
+        );
+    }
+}

@@ -543,32 +543,43 @@ def eager_weights(name: str) -> dict:
 CUDA_MAX_SEGMENTS = 65536
 
 
-def export_model(model: nn.Module, device: str, dtype: torch.dtype, max_segments: int | None = None):
+def export_model(model: nn.Module, device: str, dtype: torch.dtype, max_segments: int | None = None,
+                 size_class: int | None = None):
     """torch.export with dynamic segment, row and tag dimensions (segments and rows at most
-    `max_segments` when given).
+    `max_segments` when given); with `size_class`, the segment dimension is static at that size
+    (the padded batches of one size class) and rows and tags stay dynamic, so every batch of the
+    class runs on this program whatever its rows and tags.
 
     The example's sizes are all different and at least 2: export specialises a dimension whose
     example size is 0 or 1, or equals another's.
     """
     seg, counts, tags, tcounts = (t.to(device) for t in smoke_inputs())
-    example = (seg.to(dtype), counts, tags, tcounts)
     bound = {"max": max_segments} if max_segments else {}
-    segments = torch.export.Dim("segments", min=1, **bound)
     rows = torch.export.Dim("rows", min=1, **bound)
     n_tags = torch.export.Dim("tags", min=0)
-    dynamic = ({0: segments}, {0: rows}, {0: n_tags}, {0: rows})
+    if size_class is None:
+        segments = {0: torch.export.Dim("segments", min=1, **bound)}
+    else:
+        if size_class < seg.size(0):
+            raise SystemExit(f"--size-classes: {size_class} is below the export example's {seg.size(0)} segments")
+        seg = torch.cat([seg, torch.zeros(size_class - seg.size(0), *seg.shape[1:], device=device)])
+        segments = None
+    example = (seg.to(dtype), counts, tags, tcounts)
+    dynamic = (segments, {0: rows}, {0: n_tags}, {0: rows})
     return torch.export.export(model, example, dynamic_shapes=dynamic)
 
 
-def load_package(path: Path, device: str):
+def load_package(path: Path, device: str, model_name: str = "model"):
     """torch._inductor.aoti_load_package, on CUDA with the current device's index, as
     segpredict passes it (index 0). Loading the CUDA digits-seed package of the `.item()` export
     crashed with SIGSEGV inside the loader's constructor (H200, torch 2.11) with the default
     index -1 and again with the index given, while segpredict loaded the same package; the
     cause is not known, and the sync-free package has not been loaded in Python on a GPU yet."""
+    from torch._inductor.package import load_package as load
+
     if device == "cuda":
-        return torch._inductor.aoti_load_package(str(path), device_index=torch.cuda.current_device())
-    return torch._inductor.aoti_load_package(str(path))
+        return load(str(path), model_name, device_index=torch.cuda.current_device())
+    return load(str(path), model_name)
 
 
 def batch_like_the_benchmark(device: str, dtype: torch.dtype):
@@ -755,6 +766,176 @@ def build_aoti(name: str, device: str, dtype_name: str, max_autotune: bool, out:
         print(f"[{name}] package's item accuracy on {SAMPLE.relative_to(ROOT)}: {acc:.4f}")
 
 
+# ----------------------------------------------------------------------------- size-class bundles
+#
+# One .pt2 archive holding several AOTInductor models (torch._inductor.package.package_aoti with a
+# dict of model name -> files; AOTIModelPackageLoader(path, model_name) loads one): `model`, the
+# dynamic program (what any loader takes by default, so the bundle is also a plain package), and
+# `class_<N>` for each size class N, exported with the segment dimension static at N (rows and tags
+# stay dynamic) and recording `segpredict.size_class` = N in its metadata. segpredict dispatches
+# each padded batch to its class's model (README: "Size-class packages").
+
+CLASS_PREFIX = "class_"
+
+
+def classes_package_path(name: str, device: str, dtype: str) -> Path:
+    return aoti_package_path(name, device, dtype).with_suffix(".classes.pt2")
+
+
+def compile_program(name: str, device: str, dtype_name: str, pooling: str, channels_last: bool,
+                    aten_ops: list[str], size_class: int | None, configs: dict) -> list[str]:
+    """One program of a bundle exported and compiled (aot_compile with aot_inductor.package): the
+    files package_aoti takes. Runs in a child process when the bundle's programs compile in
+    parallel (each is mostly one Python thread), so it rebuilds the model itself."""
+    import warnings as _warnings
+
+    _warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    compile_as_aten(aten_ops)
+    torch.set_num_threads(min(os.cpu_count() or 1, 16))
+    model, _ = eager_models(name, device, DTYPES[dtype_name], pooling)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    bound = CUDA_MAX_SEGMENTS if device == "cuda" else None
+    program = export_model(model, device, DTYPES[dtype_name], bound, size_class)
+    metadata = dict(configs.get("aot_inductor.metadata", {}))
+    if size_class is not None:
+        metadata["segpredict.size_class"] = str(size_class)
+    options = {**configs, "aot_inductor.metadata": metadata, "aot_inductor.package": True}
+    gm = program.module(check_guards=False)
+    args, kwargs = program.example_inputs
+    files = torch._inductor.aot_compile(gm, args, kwargs, options=options)
+    if not all(isinstance(f, str) for f in files):
+        raise SystemExit("aot_compile returned weights outside its files (aot_inductor.package_constants_in_so off?)")
+    return list(files)
+
+
+def _compile_program_child(job: tuple) -> tuple[str, list[str], float]:
+    t0 = time.perf_counter()
+    model_name, args = job
+    return model_name, compile_program(*args), time.perf_counter() - t0
+
+
+def build_aoti_classes(name: str, device: str, dtype_name: str, max_autotune: bool, out: Path | None,
+                       size_classes: list[int], extra_configs: dict | None = None, check: bool = True,
+                       aten_ops: list[str] | None = None, channels_last: bool | None = None,
+                       pooling: str | None = None, dynamic: bool = True, jobs: int = 0) -> Path:
+    """A bundle: the dynamic program (unless `dynamic` is off) and one static program per size
+    class, compiled `jobs` at a time (0: a quarter of the cores, at least 1), in one archive."""
+    t0 = time.perf_counter()
+    if pooling is None:
+        pooling = "scan" if device == "cuda" and name == "digits-seed" else "index_put"
+    aten_ops = list(dict.fromkeys([*ATEN_ALWAYS, *(ATEN_ON_CUDA if device == "cuda" else ()), *(aten_ops or [])]))
+    if channels_last is None:
+        channels_last = device == "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here")
+    if sorted(set(size_classes)) != size_classes or size_classes[0] < 8:
+        raise SystemExit(f"--size-classes {size_classes}: strictly ascending, each at least 8")
+    if device == "cuda" and size_classes[-1] > CUDA_MAX_SEGMENTS:
+        raise SystemExit(f"--size-classes: at most {CUDA_MAX_SEGMENTS} segments a class on CUDA")
+    bound = {"segpredict.max_segments": str(CUDA_MAX_SEGMENTS)} if device == "cuda" else {}
+    configs = {"aot_inductor.metadata": {"segpredict.dtype": dtype_name, **bound}, "max_autotune": max_autotune,
+               **(extra_configs or {})}
+    programs = ([("model", None)] if dynamic else []) + [(f"{CLASS_PREFIX}{n}", n) for n in size_classes]
+    job_args = [(model_name, (name, device, dtype_name, pooling, channels_last, aten_ops, size_class, configs))
+                for model_name, size_class in programs]
+    jobs = jobs or max(1, (os.cpu_count() or 1) // 4)
+    jobs = min(jobs, len(job_args))
+    print(f"[{name}] bundle of {', '.join(m for m, _ in programs)}: compiled as calls to ATen: {', '.join(aten_ops)}"
+          f"; segments summed per row by {pooling}; {jobs} at a time", flush=True)
+    if jobs == 1:
+        results = [_compile_program_child(job) for job in job_args]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # Each child's inductor starts its own pool of compile workers: share the cores out.
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_compile_program_child, job_args))
+    for model_name, _, seconds in results:
+        print(f"[{name}] {model_name} compiled in {seconds:.1f}s", flush=True)
+    from torch._inductor.package import package_aoti
+
+    path = out or classes_package_path(name, device, dtype_name)
+    package_aoti(str(path), {model_name: files for model_name, files, _ in results})
+    if not (MODELS / f"{name}.labels.txt").exists():
+        write_labels(name)
+    print(f"[{name}] wrote {path} ({path.stat().st_size:,} bytes) in {time.perf_counter() - t0:.1f}s", flush=True)
+    if device == "cuda":
+        check_aten_calls(name, path, aten_ops)
+    if not check:
+        print(f"[{name}] not checked against eager (--no-check)")
+        return path
+    if device == "cuda":
+        child = [sys.executable, "-X", "faulthandler", __file__, "--check-package", str(path), "--only", name,
+                 "--device", device, "--dtype", dtype_name] + (["--pooling", pooling] if name == "digits-seed" else [])
+        subprocess.run(child, check=True)
+    else:
+        model, original = eager_models(name, device, DTYPES[dtype_name], pooling)
+        check_bundle(path, model, original, device, DTYPES[dtype_name])
+    return path
+
+
+def bundle_models(path: Path) -> dict[str, int | None]:
+    """The models a .pt2 archive holds: name -> its size class (None: the dynamic `model`)."""
+    names = set()
+    with zipfile.ZipFile(path) as archive:
+        for entry in archive.namelist():
+            parts = entry.split("/")
+            if len(parts) > 3 and parts[1:3] == ["data", "aotinductor"]:
+                names.add(parts[3])
+    return {n: (int(n[len(CLASS_PREFIX):]) if n.startswith(CLASS_PREFIX) else None) for n in sorted(names)}
+
+
+def class_cases(size: int, device: str, dtype: torch.dtype) -> dict:
+    """Batches padded to `size` segments: the smoke rows, one row, no tags, and rows of 1..80
+    segments and 0..6 tags filling the class."""
+    g = torch.Generator().manual_seed(size)
+    seg, counts, tags, tcounts = smoke_inputs()
+
+    def pad(s: torch.Tensor) -> torch.Tensor:
+        return torch.cat([s, torch.zeros(size - s.size(0), *s.shape[1:])])
+
+    fill = []
+    while sum(fill) < size:
+        fill.append(int(torch.randint(1, 81, (1,), generator=g)))
+    fill = torch.tensor(fill[:-1] or [size])
+    ftags = torch.randint(0, 7, (fill.numel(),), generator=g)
+    cases = {
+        "smoke rows": (pad(seg), counts, tags, tcounts),
+        "one row": (pad(seg[:2]), counts[:1], tags[:0], tcounts[:1]),
+        "no tags": (pad(seg), counts, tags[:0], torch.zeros_like(tcounts)),
+        "full": (torch.randint(0, 256, (size, 1, 8, 8), generator=g).float(), fill,
+                 torch.randint(0, N_TAG_IDS, (int(ftags.sum()),), generator=g), ftags),
+    }
+    return {k: tuple(t.to(device) for t in (v[0].to(dtype), *v[1:])) for k, v in cases.items()}
+
+
+def check_bundle(path: Path, model: nn.Module, original: nn.Module, device: str, dtype: torch.dtype) -> None:
+    """Each model of a bundle against the eager model: the dynamic one as check_package checks a
+    package, each class's on batches padded to its class."""
+    models = bundle_models(path)
+    if "model" in models:
+        check_package(path, model, original, device, dtype)
+    bound = 1e-4 if dtype == torch.float32 else None
+    for model_name, size in models.items():
+        if size is None:
+            continue
+        package = load_package(path, device, model_name)
+        worst, scale = 0.0, 0.0
+        with torch.inference_mode():
+            for case, inputs in class_cases(size, device, dtype).items():
+                want, got = model(*inputs).float(), package(*inputs).float()
+                assert got.shape == want.shape, (model_name, case, got.shape, want.shape)
+                worst = max(worst, (got - want).abs().max().item())
+                scale = max(scale, want.abs().max().item())
+        limit = bound if bound is not None else 0.05 * scale
+        print(f"[{path.name}] {model_name} differs from the eager model by {worst:.3g} (largest logit {scale:.3g})",
+              flush=True)
+        assert worst <= limit, f"{model_name} differs from the eager model by {worst:.3g} (bound {limit:.3g})"
+
+
 def inductor_configs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     import ast  # here, not at the top: a line above the model classes changes the .pt files (debug info)
 
@@ -790,6 +971,15 @@ def main() -> None:
                     help="--aoti, digits-seed: how the package sums the segments per row: index_put, a matrix "
                          "product with the 0/1 row matrix, or differences of a running total (scan; the default "
                          "for CUDA, index_put for CPU)")
+    ap.add_argument("--size-classes", metavar="N1,N2,...",
+                    help="--aoti: one bundle (<name>[.<device>[.<dtype>]].classes.pt2) holding the dynamic model and "
+                         "one model per size class with the segment dimension static at that size")
+    ap.add_argument("--no-dynamic", action="store_true",
+                    help="--size-classes: leave the dynamic model out of the bundle (segpredict then refuses a run "
+                         "whose size classes have no model, and rejects rows over the largest class)")
+    ap.add_argument("--jobs", type=int, default=0,
+                    help="--size-classes: programs compiled at once, each in its own process (default: a quarter "
+                         "of the cores, at least 1)")
     ap.add_argument("--out", type=Path, help="--aoti with --only: the package's path")
     ap.add_argument("--no-check", action="store_true",
                     help="--aoti: skip checking the package against eager in Python (the benchmark checks it "
@@ -801,7 +991,10 @@ def main() -> None:
         if not args.only:
             ap.error("--check-package needs --only")
         model, original = eager_models(args.only, args.device, DTYPES[args.dtype], args.pooling or "index_put")
-        check_package(args.check_package, model, original, args.device, DTYPES[args.dtype])
+        if any(size is not None for size in bundle_models(args.check_package).values()):
+            check_bundle(args.check_package, model, original, args.device, DTYPES[args.dtype])
+        else:
+            check_package(args.check_package, model, original, args.device, DTYPES[args.dtype])
         return
     if args.pooling and args.only != "digits-seed":
         ap.error("--pooling is for --only digits-seed")
@@ -810,6 +1003,17 @@ def main() -> None:
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         if args.out and not args.only:
             ap.error("--out needs --only")
+        if args.size_classes:
+            try:
+                classes = [int(n) for n in args.size_classes.split(",")]
+            except ValueError:
+                ap.error(f"--size-classes {args.size_classes!r}: expected N1,N2,... (segment totals)")
+            for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
+                build_aoti_classes(name, args.device, args.dtype, args.max_autotune, args.out, classes,
+                                   inductor_configs(ap, args), check=not args.no_check, aten_ops=args.aten,
+                                   channels_last=args.channels_last, pooling=args.pooling,
+                                   dynamic=not args.no_dynamic, jobs=args.jobs)
+            return
         for name in [args.only] if args.only else ["digits-small", "digits-seed"]:
             build_aoti(name, args.device, args.dtype, args.max_autotune, args.out, inductor_configs(ap, args),
                        check=not args.no_check, aten_ops=args.aten, channels_last=args.channels_last,

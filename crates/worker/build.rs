@@ -46,9 +46,49 @@ fn link_torch_cuda_if_present(lib_dir: &std::path::Path) {
     }
 }
 
+/// Include directories for the CUDA runtime's headers beside a
+/// pip-installed libtorch with CUDA: the runtime's own (`nvidia/cu13/include`,
+/// CUDA 12's `nvidia/cuda_runtime/include`, or `CUDA_HOME`'s), first, then
+/// one with `crt/host_config.h`, which the runtime wheel lacks (Triton's copy
+/// of the toolkit headers has it; only types are used from it). `None` for a
+/// libtorch without CUDA or without these headers.
+fn cuda_include(lib_dir: &std::path::Path) -> Option<Vec<PathBuf>> {
+    println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    if !lib_dir.join("libtorch_cuda.so").exists() {
+        return None;
+    }
+    let site = lib_dir.join("../..");
+    let home = std::env::var("CUDA_HOME")
+        .ok()
+        .map(|h| PathBuf::from(h).join("include"));
+    let has = |file: &'static str| move |dir: &PathBuf| dir.join(file).exists();
+    let runtime = [
+        site.join("nvidia/cu13/include"),
+        site.join("nvidia/cuda_runtime/include"),
+    ]
+    .into_iter()
+    .chain(home.clone())
+    .find(has("cuda_runtime_api.h"))?;
+    let crt = [runtime.clone(), site.join("triton/backends/nvidia/include")]
+        .into_iter()
+        .chain(home)
+        .chain([PathBuf::from("/usr/local/cuda/include")])
+        .find(has("crt/host_config.h"))?;
+    Some(vec![runtime, crt])
+}
+
 fn build_shims(lib_dir: &std::path::Path) {
     let include = lib_dir.join("..").join("include");
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    // CUDA graphs of AOTInductor packages (`csrc/aoti_package.cpp`), where
+    // libtorch has CUDA; elsewhere the shim says they are not built in.
+    let cuda = cuda_include(lib_dir);
+    if let Some(dirs) = &cuda {
+        build.includes(dirs).define("SEG_CUDA_GRAPHS", None);
+    } else {
+        println!("cargo:warning=libtorch without CUDA (or its CUDA headers): CUDA graphs are not built in");
+    }
+    build
         .cpp(true)
         .pic(true)
         .warnings(false)
@@ -59,4 +99,9 @@ fn build_shims(lib_dir: &std::path::Path) {
         .file("csrc/alloc_stats.cpp")
         .file("csrc/aoti_package.cpp")
         .compile("segpredict_shims");
+    if cuda.is_some() {
+        // at::cuda::CUDAGraph (libtorch_cuda) and c10's CUDA streams (libc10_cuda).
+        println!("cargo:rustc-link-lib=dylib=torch_cuda");
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    }
 }

@@ -97,6 +97,11 @@ fn prepare_device(
         false => None,
     };
     stop_if_cancelled(cancel)?;
+    // A size-class bundle without its dynamic model takes only its classes.
+    let padded =
+        config.bucketing.pads() && config.bucketing.strategy == BatchingStrategy::SegmentBudget;
+    let classes = padded.then(|| config.bucketing.effective_size_classes());
+    model.check_size_classes(classes.as_deref())?;
     Ok((calibration, warm_size_classes(config, model)?))
 }
 

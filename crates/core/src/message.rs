@@ -567,6 +567,20 @@ pub struct WorkerReport {
     pub oom_events: u64,
     /// Time queueing batches and waiting for their answers.
     pub busy: std::time::Duration,
+    /// Which model ran the batches of each segment total (a size-class
+    /// bundle of AOTInductor packages); empty for any other model.
+    pub model_paths: Vec<ModelPath>,
+}
+
+/// The batches of one segment total that one path of a size-class bundle
+/// ran: `ran` is `dynamic` (the bundle's dynamic model), `static` (the
+/// class's own model), `static+graph` (its CUDA graph replayed), or
+/// `static` with why no graph ran or which larger class it was padded to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ModelPath {
+    pub segments: usize,
+    pub ran: String,
+    pub batches: u64,
 }
 
 /// Counts a writer thread reports when it ends. Rejects are counted, not

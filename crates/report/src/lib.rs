@@ -68,6 +68,10 @@ pub struct RunReport {
     /// out-of-memory); absent for the `rows` strategy, which has none.
     pub final_max_segments: Option<usize>,
     pub size_classes: Vec<usize>,
+    /// Which model of a size-class bundle ran each segment total's batches
+    /// (`ModelPath`); absent for any other model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_paths: Vec<segpredict_core::message::ModelPath>,
     pub cudnn_benchmark: bool,
     /// Whether the weights ran channels-last (`[model] channels_last`).
     pub channels_last: bool,
@@ -318,6 +322,7 @@ impl RunReport {
             max_segments: facts.max_segments,
             final_max_segments: facts.final_max_segments,
             size_classes: stages.bucketing.size_classes.clone(),
+            model_paths: worker.model_paths.clone(),
             cudnn_benchmark: facts.cudnn_benchmark,
             channels_last: facts.channels_last,
             allocator_conf: facts.allocator_conf.filter(|_| facts.on_cuda),

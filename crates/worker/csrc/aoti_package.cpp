@@ -156,10 +156,11 @@ int seg_archive_kind(const char* path, int* out, char* err, size_t err_len) {
 
 // The package's metadata (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...), read without
 // loading its compiled library, as "key\tvalue\n" lines in `out`.
-int seg_aoti_metadata(const char* path, char* out, size_t out_len, char* err, size_t err_len) {
+int seg_aoti_metadata(const char* path, const char* model_name, char* out, size_t out_len,
+                      char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     auto metadata =
-        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model");
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, model_name);
     std::string lines;
     for (const auto& [key, value] : metadata) {
       lines += one_line(key) + "\t" + one_line(value) + "\n";
@@ -183,11 +184,14 @@ int seg_aoti_metadata(const char* path, char* out, size_t out_len, char* err, si
 // (torch 2.11's model_container.h, reclaim_finished_models), so the worker
 // could not queue batch k+1 while batch k runs. On one stream the device
 // orders the runs anyway.
-int seg_aoti_load(const char* path, int device_index, void** out, char* err, size_t err_len) {
+// `model_name`: which model of the archive ("model" unless the archive holds several: a
+// size-class bundle from tools/make_models.py --size-classes).
+int seg_aoti_load(const char* path, const char* model_name, int device_index, void** out,
+                  char* err, size_t err_len) {
   *out = nullptr;
   return guarded_package_call(err, err_len, [&] {
     auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, "model", /*run_single_threaded=*/true, /*num_runners=*/1,
+        path, model_name, /*run_single_threaded=*/true, /*num_runners=*/1,
         static_cast<c10::DeviceIndex>(device_index));
     *out = loader.release();
   });
@@ -224,3 +228,117 @@ void seg_aoti_free(void* handle) {
 }
 
 }  // extern "C"
+
+// ---------------------------------------------------------------------------
+// CUDA graphs of a loaded package (built where libtorch has CUDA: build.rs
+// defines SEG_CUDA_GRAPHS; elsewhere every call says it is not built in).
+//
+// A graph is captured once, on a side stream (capture needs a stream other
+// than the default one), from one run of the package on inputs that stay
+// alive as the graph's static buffers; its memory comes from a private pool
+// of the caching allocator, shared by every graph captured with `share`
+// (they replay one at a time, on one stream). A replay runs on the current
+// stream of the inputs' device, after whatever the caller queued there
+// (the copies into the static buffers).
+#ifdef SEG_CUDA_GRAPHS
+// Only out-of-line functions of libtorch_cuda and libc10_cuda, and c10's
+// device-generic streams, guards and events: the CUDA-specific inline ones
+// (CUDAStreamGuard, ATen's CUDAEvent) call the CUDA runtime directly and
+// would make the binary need libcudart, which only libtorch_cuda finds.
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace {
+struct SegGraph {
+  at::cuda::CUDAGraph graph;
+  at::Tensor output;
+};
+}  // namespace
+
+extern "C" {
+
+int seg_graph_supported() { return 1; }
+
+int seg_graph_capture(void* handle, void* const* inputs, size_t n_inputs, void* share,
+                      void** graph_out, void** output_out, char* err, size_t err_len) {
+  *graph_out = nullptr;
+  *output_out = nullptr;
+  return guarded_package_call(err, err_len, [&] {
+    auto* loader = static_cast<torch::inductor::AOTIModelPackageLoader*>(handle);
+    std::vector<at::Tensor> args;
+    for (size_t i = 0; i < n_inputs; ++i) {
+      args.push_back(*static_cast<const at::Tensor*>(inputs[i]));
+    }
+    TORCH_CHECK(!args.empty() && args[0].is_cuda(), "a CUDA graph needs inputs on a CUDA device");
+    auto index = args[0].device().index();
+    c10::Stream current = at::accelerator::getCurrentStream(index);
+    c10::Stream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index).unwrap();
+    c10::Event inputs_ready(c10::DeviceType::CUDA);
+    inputs_ready.record(current);
+    inputs_ready.block(side);
+    auto holder = std::make_unique<SegGraph>();
+    at::cuda::MempoolId_t pool{0, 0};
+    if (share != nullptr) pool = static_cast<SegGraph*>(share)->graph.pool();
+    {
+      c10::StreamGuard on_side(side);
+      holder->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      std::vector<at::Tensor> outputs;
+      try {
+        outputs = loader->run(args, side.native_handle());
+      } catch (...) {
+        try {
+          holder->graph.capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
+      holder->graph.capture_end();
+      TORCH_CHECK(outputs.size() == 1, "the model returned ", outputs.size(),
+                  " outputs, expected 1 (the logits)");
+      holder->output = outputs[0];
+    }
+    c10::Event captured(c10::DeviceType::CUDA);
+    captured.record(side);
+    captured.block(current);
+    *output_out = new at::Tensor(holder->output);
+    *graph_out = holder.release();
+  });
+}
+
+int seg_graph_replay(void* graph, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] { static_cast<SegGraph*>(graph)->graph.replay(); });
+}
+
+void seg_graph_free(void* graph) {
+  try {
+    delete static_cast<SegGraph*>(graph);
+  } catch (...) {
+  }
+}
+
+}  // extern "C"
+#else
+extern "C" {
+
+int seg_graph_supported() { return 0; }
+
+int seg_graph_capture(void*, void* const*, size_t, void*, void** graph_out, void** output_out,
+                      char* err, size_t err_len) {
+  *graph_out = nullptr;
+  *output_out = nullptr;
+  copy_text("this segpredict was built against a libtorch without CUDA: no CUDA graphs", err,
+            err_len);
+  return kError;
+}
+
+int seg_graph_replay(void*, char* err, size_t err_len) {
+  copy_text("no CUDA graphs in this build", err, err_len);
+  return kError;
+}
+
+void seg_graph_free(void*) {}
+
+}  // extern "C"
+#endif

@@ -100,6 +100,14 @@ pub struct ModelConfig {
     /// Costs one forward pass per size class at start-up. Default true.
     #[serde(default = "default_true")]
     pub warm_size_classes: bool,
+    /// For a size-class bundle (`tools/make_models.py --aoti --size-classes`)
+    /// on CUDA: capture each class's model once as a CUDA graph (at the
+    /// class's second batch, so during the warm-up) and replay it for every
+    /// batch of the class that fits the rows and ragged values it was
+    /// captured for. Default true; the report's `model_paths` says which
+    /// path each segment total ran.
+    #[serde(default = "default_true")]
+    pub cuda_graphs: bool,
     /// Testing aid: report a synthetic out-of-memory for every forward pass
     /// over more than this many (padded) segments, so recovery can be tested
     /// without a GPU. Default: none.
@@ -366,6 +374,8 @@ impl Worker {
             // one core, and wait on its slowest member.
             tch::set_num_threads(1);
         }
+        // The warm-up's batches are not the run's.
+        drop(self.model.take_paths());
         let mut run = Run {
             worker: &self,
             out: &out,
@@ -393,13 +403,26 @@ impl Worker {
                 }
             };
             if !writers_open {
-                return Ok(run.report);
+                return Ok(self.with_paths(run.report));
             }
         }
         if let Some(last) = in_flight {
             run.finish(last)?;
         }
-        Ok(run.report)
+        Ok(self.with_paths(run.report))
+    }
+
+    fn with_paths(&self, mut report: WorkerReport) -> WorkerReport {
+        report.model_paths = self.model.take_paths();
+        report
+    }
+
+    /// Refuses a run whose size classes (`None`: batches are not padded)
+    /// the model cannot take: a size-class bundle without its dynamic model
+    /// and without a model for one of them. Call it with the classes in
+    /// force, after calibration.
+    pub fn check_size_classes(&self, classes: Option<&[usize]>) -> Result<(), WorkerError> {
+        Ok(self.model.check_size_classes(classes)?)
     }
 
     /// The model queued on `batch` (see [`Model::launch`]), with the

@@ -66,7 +66,7 @@ impl Model {
         inputs: &InputSpec,
         n_labels: usize,
     ) -> Result<Self, WorkerError> {
-        let backend = load_backend(config, device, config.dtype.kind())?;
+        let backend = load_backend(config, device, config.dtype.kind(), inputs)?;
         let kind = backend.input_kind().unwrap_or(config.dtype.kind());
         Ok(Self {
             backend,
@@ -86,6 +86,24 @@ impl Model {
     /// The most segments a batch may hold, when the model file bounds it.
     pub fn max_segments(&self) -> Option<usize> {
         self.backend.max_segments()
+    }
+
+    /// See [`ModelBackend::set_row_cap`].
+    pub fn set_row_cap(&self, max_rows: usize) {
+        self.backend.set_row_cap(max_rows)
+    }
+
+    /// See [`ModelBackend::take_paths`].
+    pub fn take_paths(&self) -> Vec<segpredict_core::message::ModelPath> {
+        self.backend.take_paths()
+    }
+
+    /// See [`ModelBackend::check_size_classes`].
+    pub fn check_size_classes(
+        &self,
+        classes: Option<&[usize]>,
+    ) -> Result<(), super::backend::AotiError> {
+        self.backend.check_size_classes(classes)
     }
 
     /// Whether the backend can re-lay its weights channels-last.

@@ -225,7 +225,7 @@ impl Run<'_> {
             Cause::OverTheBound(limit) => (
                 RejectKind::TooManySegments,
                 format!(
-                    "{} segments, more than the {limit} a batch this model takes (its package's segpredict.max_segments)",
+                    "{} segments, more than the {limit} a batch this model takes (its package's segpredict.max_segments, or a size-class bundle's largest class when it has no dynamic model)",
                     lone.n_segments
                 ),
             ),

@@ -35,6 +35,7 @@ impl Worker {
     ) -> Result<Duration, WorkerError> {
         let _no_grad = tch::no_grad_guard();
         let started = Instant::now();
+        self.model.set_row_cap(max_rows);
         let mut in_flight: Option<(usize, Launched)> = None;
         for (size, rows) in warm_batches(classes, max_rows) {
             let batch = synthetic_batch_of_rows(&self.inputs, size, rows, WARM_RAGGED_PER_ROW);

@@ -29,6 +29,7 @@ extern "C" {
     ) -> c_int;
     fn seg_aoti_metadata(
         path: *const c_char,
+        model: *const c_char,
         out: *mut c_char,
         out_len: usize,
         err: *mut c_char,
@@ -36,6 +37,7 @@ extern "C" {
     ) -> c_int;
     fn seg_aoti_load(
         path: *const c_char,
+        model: *const c_char,
         device_index: c_int,
         out: *mut *mut c_void,
         err: *mut c_char,
@@ -52,7 +54,12 @@ extern "C" {
     fn seg_aoti_free(handle: *mut c_void);
 }
 
-const ERR_LEN: usize = 1024;
+pub(super) const ERR_LEN: usize = 1024;
+
+/// The model an archive holds under this name is what every loader takes
+/// by default: a plain package's only model, a size-class bundle's dynamic
+/// one.
+pub const DYNAMIC_MODEL: &str = "model";
 const METADATA_LEN: usize = 16 * 1024;
 
 /// The metadata key where `tools/make_models.py --aoti` records the dtype
@@ -70,7 +77,7 @@ pub enum ArchiveKind {
 /// into the package failed (first line; see `csrc/aoti_package.cpp`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct PackageError(String);
+pub struct PackageError(pub(super) String);
 
 /// Why the start-up forward pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +165,34 @@ pub enum AotiError {
          (segpredict_worker::prepare_process was not called); a bug in segpredict"
     )]
     InputsUnchecked { path: PathBuf },
+    #[error(
+        "model {path}: its metadata's segpredict.size_class is {recorded:?}, but the model is named for \
+         size class {class} (a size-class bundle from tools/make_models.py --size-classes names each \
+         class's model class_<N>)"
+    )]
+    ClassMismatch {
+        path: PathBuf,
+        class: usize,
+        recorded: Option<String>,
+    },
+    #[error("model {path}: cannot list the models the package holds")]
+    Listing {
+        path: PathBuf,
+        #[source]
+        source: zip::result::ZipError,
+    },
+    #[error(
+        "model {path} holds models for the size classes {packaged:?} and no dynamic model, but this \
+         run's batches also come in {missing}; rebuild it with tools/make_models.py --aoti \
+         --size-classes {wanted}, or with its dynamic model (without --no-dynamic), or set \
+         [bucketing] size_classes to classes it holds"
+    )]
+    ClassesUncovered {
+        path: PathBuf,
+        packaged: Vec<usize>,
+        missing: String,
+        wanted: String,
+    },
     #[error("model {path} does not take this pipeline's inputs")]
     Inputs {
         path: PathBuf,
@@ -224,10 +259,12 @@ pub struct AotiSettings {
     pub jit_profiling: bool,
 }
 
-/// A loaded package, ready to run on its device.
+/// A loaded package (one model of an archive), ready to run on its device.
 pub struct AotiPackage {
     handle: NonNull<c_void>,
     path: PathBuf,
+    /// Its name in the archive ([`DYNAMIC_MODEL`] for a plain package).
+    model: String,
     device: Device,
     kind: Kind,
     /// `segpredict.max_segments` in the package's metadata.
@@ -246,36 +283,55 @@ impl AotiPackage {
     /// the process's threads started: [`check_inputs_of`]), then loads it on
     /// `device`.
     pub fn load(path: &Path, device: Device, settings: AotiSettings) -> Result<Self, AotiError> {
-        let (metadata, kind, max_segments) = checked_metadata(path, device, settings)?;
         take_input_check(path)?;
+        if device.is_cuda() {
+            warn_of_generated_scans(path);
+        }
+        Self::open(path, DYNAMIC_MODEL, device, settings)
+    }
+
+    /// The archive's model `model` checked against the run ([`checked_metadata`])
+    /// and loaded; its inputs were checked before the threads started.
+    pub(super) fn open(
+        path: &Path,
+        model: &str,
+        device: Device,
+        settings: AotiSettings,
+    ) -> Result<Self, AotiError> {
+        let (metadata, kind, max_segments) = checked_metadata(path, model, device, settings)?;
         tracing::info!(
             path = %path.display(),
+            model,
             device = metadata.device_key().unwrap_or(""),
             cpu_isa = metadata.get("AOTI_CPU_ISA").unwrap_or(""),
             dtype = ?kind,
             "AOTInductor package"
         );
-        if device.is_cuda() {
-            warn_of_generated_scans(path);
-        }
         let started = std::time::Instant::now();
-        let handle = load_package(path, device)?;
+        let handle = load_package(path, model, device)?;
         tracing::debug!(
             seconds = started.elapsed().as_secs_f64(),
+            model,
             "package: the running copy loaded"
         );
         Ok(Self {
             handle,
             path: path.to_path_buf(),
+            model: model.to_string(),
             device,
             kind,
             max_segments,
         })
     }
 
+    /// The loader, for the CUDA graph shim (`graph.rs`).
+    pub(super) fn handle(&self) -> *mut c_void {
+        self.handle.as_ptr()
+    }
+
     /// `(segments, segment_counts, *extras)`, on the package's device, in
     /// calling order -> logits.
-    fn run(&self, inputs: &[Tensor]) -> Result<Tensor, PackageError> {
+    pub(super) fn run(&self, inputs: &[Tensor]) -> Result<Tensor, PackageError> {
         let pointers: Vec<*mut c_void> = inputs.iter().map(|t| t.as_ptr() as *mut c_void).collect();
         let mut out = std::ptr::null_mut();
         let mut err = [0 as c_char; ERR_LEN];
@@ -304,12 +360,13 @@ impl AotiPackage {
 /// code is opened (a CUDA package's cannot even be loaded on a CPU-only
 /// machine, and another CPU's would die of SIGILL): the metadata, the dtype
 /// it takes and its segment bound.
-fn checked_metadata(
+pub(super) fn checked_metadata(
     path: &Path,
+    model: &str,
     device: Device,
     settings: AotiSettings,
 ) -> Result<(PackageMetadata, Kind, Option<usize>), AotiError> {
-    let metadata = read_metadata(path)?;
+    let metadata = read_metadata(path, model)?;
     check_device(path, &metadata, device)?;
     if device == Device::Cpu {
         check_machine(path, &metadata)?;
@@ -339,20 +396,48 @@ pub fn check_inputs_of(
     inputs: &InputSpec,
     n_labels: usize,
 ) -> Result<(), AotiError> {
-    let (_, kind, max_segments) = checked_metadata(path, device, settings)?;
+    let probe = ProbeShape {
+        inputs,
+        n_labels,
+        segments: None,
+    };
+    check_model_inputs(path, DYNAMIC_MODEL, device, settings, probe)
+}
+
+/// What the start-up forward pass gives a model: the pipeline's inputs,
+/// the labels it must answer, and for a size class's model its (static)
+/// segment count.
+#[derive(Clone, Copy)]
+pub(super) struct ProbeShape<'a> {
+    pub inputs: &'a InputSpec,
+    pub n_labels: usize,
+    pub segments: Option<usize>,
+}
+
+/// [`check_inputs_of`] for the archive's model `model`.
+pub(super) fn check_model_inputs(
+    path: &Path,
+    model: &str,
+    device: Device,
+    settings: AotiSettings,
+    probe: ProbeShape,
+) -> Result<(), AotiError> {
+    let (_, kind, max_segments) = checked_metadata(path, model, device, settings)?;
     let started = std::time::Instant::now();
     let checking = AotiPackage {
-        handle: load_package(path, device)?,
+        handle: load_package(path, model, device)?,
         path: path.to_path_buf(),
+        model: model.to_string(),
         device,
         kind,
         max_segments,
     };
     let loaded = started.elapsed().as_secs_f64();
-    check_inputs(&checking, inputs, n_labels)?;
+    check_inputs(&checking, probe)?;
     tracing::debug!(
         load_s = loaded,
         check_s = started.elapsed().as_secs_f64() - loaded,
+        model,
         "package: the checking copy loaded and run"
     );
     Ok(())
@@ -371,7 +456,7 @@ pub fn record_input_check(path: &Path, outcome: Result<(), AotiError>) {
 
 /// The recorded outcome of `path`'s input check: a failure is reported
 /// once; a pass stays recorded for later loads in the same process.
-fn take_input_check(path: &Path) -> Result<(), AotiError> {
+pub(super) fn take_input_check(path: &Path) -> Result<(), AotiError> {
     let mut record = INPUT_CHECK.lock().unwrap_or_else(PoisonError::into_inner);
     match record.take() {
         Some((checked, outcome)) if checked == path => {
@@ -443,7 +528,7 @@ pub fn archive_kind(path: &Path) -> Result<ArchiveKind, AotiError> {
 /// inductor generated: see [`super::kernels`]. A package whose kernels
 /// cannot be named gets the general warning instead; loading it already
 /// succeeded.
-fn warn_of_generated_scans(path: &Path) {
+pub(super) fn warn_of_generated_scans(path: &Path) {
     const WHY: &str = "such a kernel gave wrong running totals, and wrong labels, in segpredict's H200 benchmark (torch 2.11). Export with cumsum compiled as a call to ATen (docs/src/models.md, \"AOTInductor packages\"), or compare a sample of the package's output with the model's";
     match super::kernels::generated_scan_kernels(path) {
         Ok(Some(kernels)) if kernels.is_empty() => {}
@@ -469,10 +554,12 @@ fn warn_of_generated_scans(path: &Path) {
 /// number of inputs, other dtypes or shapes, or returns something other
 /// than `[rows, n_labels]` logits, fails here, at start-up, with the
 /// package's own reason.
-fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Result<(), AotiError> {
+fn check_inputs(package: &AotiPackage, shape: ProbeShape) -> Result<(), AotiError> {
+    let n_labels = shape.n_labels;
     let probe = || -> Result<(), ProbeError> {
         let _no_grad = tch::no_grad_guard();
-        let inputs = probe_inputs(spec, package.device, package.kind)?;
+        let segments = shape.segments.map_or(PROBE_ROWS + 1, |s| s as i64);
+        let inputs = probe_inputs(shape.inputs, package.device, package.kind, segments)?;
         let logits = package.run(&inputs)?;
         let size = logits.size();
         if size != [PROBE_ROWS, n_labels as i64] {
@@ -485,13 +572,23 @@ fn check_inputs(package: &AotiPackage, spec: &InputSpec, n_labels: usize) -> Res
         Ok(())
     };
     probe().map_err(|source| AotiError::Inputs {
-        path: package.path.clone(),
+        path: named(&package.path, &package.model),
         source,
     })
 }
 
-fn read_metadata(path: &Path) -> Result<PackageMetadata, AotiError> {
+/// How errors name a model of an archive: the file, and the model's name
+/// when it is not the archive's default one.
+pub(super) fn named(path: &Path, model: &str) -> PathBuf {
+    match model {
+        DYNAMIC_MODEL => path.to_path_buf(),
+        _ => PathBuf::from(format!("{} (model {model})", path.display())),
+    }
+}
+
+fn read_metadata(path: &Path, model: &str) -> Result<PackageMetadata, AotiError> {
     let c_path = c_path(path)?;
+    let c_model = c_model(path, model)?;
     let mut lines = vec![0 as c_char; METADATA_LEN];
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: the buffers outlive the call; the shim writes within their
@@ -499,6 +596,7 @@ fn read_metadata(path: &Path) -> Result<PackageMetadata, AotiError> {
     let code = unsafe {
         seg_aoti_metadata(
             c_path.as_ptr(),
+            c_model.as_ptr(),
             lines.as_mut_ptr(),
             METADATA_LEN,
             err.as_mut_ptr(),
@@ -507,7 +605,7 @@ fn read_metadata(path: &Path) -> Result<PackageMetadata, AotiError> {
     };
     if code != 0 {
         return Err(AotiError::Metadata {
-            path: path.to_path_buf(),
+            path: named(path, model),
             source: error_text(&err),
         });
     }
@@ -685,8 +783,9 @@ fn dtype_kind(dtype: ModelDtype) -> Kind {
     }
 }
 
-fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiError> {
+fn load_package(path: &Path, model: &str, device: Device) -> Result<NonNull<c_void>, AotiError> {
     let c_path = c_path(path)?;
+    let c_model = c_model(path, model)?;
     let device_index = match device {
         // Indices come from the device check, far below c_int::MAX.
         Device::Cuda(index) => c_int::try_from(index).unwrap_or(c_int::MAX),
@@ -699,6 +798,7 @@ fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiErro
     let code = unsafe {
         seg_aoti_load(
             c_path.as_ptr(),
+            c_model.as_ptr(),
             device_index,
             &mut handle,
             err.as_mut_ptr(),
@@ -706,7 +806,7 @@ fn load_package(path: &Path, device: Device) -> Result<NonNull<c_void>, AotiErro
         )
     };
     let failed = |source| AotiError::Load {
-        path: path.to_path_buf(),
+        path: named(path, model),
         source,
     };
     if code != 0 {
@@ -726,9 +826,10 @@ fn probe_inputs(
     spec: &InputSpec,
     device: Device,
     kind: Kind,
+    segments: i64,
 ) -> Result<Vec<Tensor>, tch::TchError> {
     let rows = PROBE_ROWS;
-    let mut segment_shape = vec![rows + 1];
+    let mut segment_shape = vec![segments];
     segment_shape.extend(spec.segment_shape.iter().map(|&d| d as i64));
     let ints = (Kind::Int64, device);
     let mut inputs = vec![
@@ -751,13 +852,19 @@ fn probe_inputs(
     Ok(inputs)
 }
 
+fn c_model(path: &Path, model: &str) -> Result<CString, AotiError> {
+    CString::new(model).map_err(|_| AotiError::NulInPath {
+        path: path.to_path_buf(),
+    })
+}
+
 fn c_path(path: &Path) -> Result<CString, AotiError> {
     CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AotiError::NulInPath {
         path: path.to_path_buf(),
     })
 }
 
-fn error_text(err: &[c_char; ERR_LEN]) -> PackageError {
+pub(super) fn error_text(err: &[c_char; ERR_LEN]) -> PackageError {
     // SAFETY: the shim always NUL-terminates within ERR_LEN.
     let text = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
     PackageError(first_line(&text))
@@ -809,7 +916,7 @@ mod tests {
 
     #[test]
     fn a_packages_metadata_is_read_without_loading_it() {
-        let metadata = read_metadata(&repo_file("models/digits-small.pt2")).unwrap();
+        let metadata = read_metadata(&repo_file("models/digits-small.pt2"), DYNAMIC_MODEL).unwrap();
         assert_eq!(metadata.device_key(), Some("cpu"));
         assert_eq!(metadata.dtype(), Some("f32"));
         assert!(metadata.get("AOTI_CPU_ISA").is_some());

@@ -3,6 +3,8 @@
 //! logits into labels and scores; a backend only runs the model.
 
 pub mod aoti;
+pub mod classes;
+mod graph;
 mod kernels;
 mod torchscript;
 
@@ -11,9 +13,10 @@ use tch::{Device, Kind, Tensor};
 
 use super::device::prime_device;
 use super::{ModelConfig, TorchError, WorkerError};
-use segpredict_core::message::InputSpec;
+use segpredict_core::message::{InputSpec, ModelPath};
 
 pub use aoti::{AotiError, AotiPackage};
+pub use classes::SizeClassPackages;
 pub use torchscript::TorchScript;
 
 /// `[model] format`: how the model file was exported.
@@ -58,6 +61,22 @@ pub trait ModelBackend: Send {
         false
     }
 
+    /// Told the most rows a batch holds (`[bucketing] max_rows`): a
+    /// size-class bundle's CUDA graphs are captured for that many.
+    fn set_row_cap(&self, _max_rows: usize) {}
+
+    /// Which path ran the batches since the last call (a size-class
+    /// bundle's); empty for any other model.
+    fn take_paths(&self) -> Vec<ModelPath> {
+        Vec::new()
+    }
+
+    /// Refuses a run whose size classes (`None`: unpadded) the model cannot
+    /// take (a size-class bundle without its dynamic model).
+    fn check_size_classes(&self, _classes: Option<&[usize]>) -> Result<(), AotiError> {
+        Ok(())
+    }
+
     /// Re-lays every 4-D weight channels-last; returns how many. A format
     /// whose layout is fixed when it is compiled cannot.
     fn convert_to_channels_last(&mut self) -> Result<usize, tch::TchError> {
@@ -75,6 +94,7 @@ pub fn load_backend(
     config: &ModelConfig,
     device: Device,
     kind: Kind,
+    inputs: &InputSpec,
 ) -> Result<Box<dyn ModelBackend>, WorkerError> {
     if !config.path.is_file() {
         return Err(WorkerError::ModelMissing {
@@ -98,7 +118,18 @@ pub fn load_backend(
             // loading made the first batch later on the H200 (0.828 s
             // against 0.777, medians of 6; benches/gpu/RESULTS.md, session
             // 8), and a package's first run initialises them anyway.
-            let package = AotiPackage::load(&config.path, device, aoti_settings(config))?;
+            let settings = aoti_settings(config);
+            if classes::is_bundle(&config.path) {
+                let bundle = SizeClassPackages::load(
+                    &config.path,
+                    device,
+                    settings,
+                    inputs,
+                    config.cuda_graphs,
+                )?;
+                return Ok(Box::new(bundle));
+            }
+            let package = AotiPackage::load(&config.path, device, settings)?;
             Ok(Box::new(package))
         }
     }
@@ -121,7 +152,10 @@ pub fn check_package_inputs(config: &ModelConfig, inputs: &InputSpec) {
         return;
     };
     let settings = aoti_settings(config);
-    let checked = aoti::check_inputs_of(&config.path, device, settings, inputs, labels.len());
+    let checked = match classes::is_bundle(&config.path) {
+        true => classes::check_inputs_of(&config.path, device, settings, inputs, labels.len()),
+        false => aoti::check_inputs_of(&config.path, device, settings, inputs, labels.len()),
+    };
     aoti::record_input_check(&config.path, checked);
 }
 
