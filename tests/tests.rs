@@ -30,6 +30,10 @@
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
 //!   S3 server on loopback, the fault proxy in front of it
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
+//! * `pinned`: inputs pinned to what the run recorded (an object replaced
+//!   mid-run, footer-identical files swapped, a file truncated under skip,
+//!   two spellings of a path), a range damaged in transit, 503 bursts and an
+//!   outage ridden out, a missing bucket in one line.
 //! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -49,6 +53,7 @@ mod inputs;
 mod objects;
 mod ops;
 mod ownership;
+mod pinned;
 mod recovery;
 mod resume;
 mod s3harness;
