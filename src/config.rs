@@ -99,12 +99,14 @@ fn one_line(line: &Option<usize>, error: &toml::de::Error) -> String {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// Retries of one failed request (5xx, 429, a reset, a timeout), with
-    /// exponential backoff. Default 10.
-    #[serde(default = "default_max_retries")]
-    pub max_retries: usize,
-    /// No retry starts later than this many seconds after the first try.
-    /// Default 180.
+    /// A cap on the retries of one failed request (5xx, 429, a reset, a
+    /// timeout). Default: none, only `retry_timeout_s` bounds them, so a
+    /// burst of 503s is ridden out however many tries it takes.
+    #[serde(default)]
+    pub max_retries: Option<usize>,
+    /// Seconds a failed request is retried, with exponential backoff (pauses
+    /// up to 5 s): no retry starts later than this after the first try.
+    /// Default 180, which rides out an outage of a few minutes.
     #[serde(default = "default_retry_timeout_s")]
     pub retry_timeout_s: f64,
     /// Seconds a shard's lock outlives its holder's last heartbeat: after a
@@ -112,10 +114,6 @@ pub struct StorageConfig {
     /// same machine, not at all). Default 60.
     #[serde(default = "default_lock_lease_s")]
     pub lock_lease_s: f64,
-}
-
-fn default_max_retries() -> usize {
-    10
 }
 
 fn default_retry_timeout_s() -> f64 {
@@ -129,7 +127,7 @@ fn default_lock_lease_s() -> f64 {
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
-            max_retries: default_max_retries(),
+            max_retries: None,
             retry_timeout_s: default_retry_timeout_s(),
             lock_lease_s: default_lock_lease_s(),
         }

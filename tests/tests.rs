@@ -35,6 +35,10 @@
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
 //! * `docs`: README.md and the book under docs/: links resolve inside the
 //!   repository, quoted `segpredict` commands take the flags they quote.
+//! * `pinned`: inputs pinned to what the run recorded (an object replaced
+//!   mid-run, footer-identical files swapped, a file truncated under skip,
+//!   two spellings of a path), a range damaged in transit, 503 bursts and an
+//!   outage ridden out, a missing bucket in one line.
 //! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -56,6 +60,7 @@ mod inputs;
 mod objects;
 mod ops;
 mod ownership;
+mod pinned;
 mod recovery;
 mod resume;
 mod s3harness;

@@ -392,6 +392,9 @@ pub struct FaultRates {
     /// still there (a PUT that lands after its writer was killed).
     pub hold: f64,
     pub hold_seconds: f64,
+    /// Forwarded, then one byte of a 2xx GET's body flipped (the stored
+    /// object intact): damage in transit.
+    pub corrupt: f64,
     pub stall_seconds: f64,
     /// A delay before every forwarded request: a network's round trip.
     pub latency_seconds: f64,
@@ -410,6 +413,7 @@ impl Default for FaultRates {
             lose_response: 0.0,
             hold: 0.0,
             hold_seconds: 10.0,
+            corrupt: 0.0,
             stall_seconds: 2.0,
             latency_seconds: 0.0,
             methods: "",
@@ -436,6 +440,8 @@ pub struct FaultStats {
     pub hold: u64,
     /// Held requests forwarded once their hold ended.
     pub held_landed: u64,
+    /// GET bodies delivered with a byte flipped.
+    pub corrupt: u64,
     /// Response body bytes delivered whole to clients.
     pub bytes_out: u64,
 }
@@ -467,6 +473,7 @@ impl FaultProxy {
             .arg(format!("--lose-response={}", rates.lose_response))
             .arg(format!("--hold={}", rates.hold))
             .arg(format!("--hold-seconds={}", rates.hold_seconds))
+            .arg(format!("--corrupt={}", rates.corrupt))
             .arg(format!("--stall-seconds={}", rates.stall_seconds))
             .arg(format!("--latency-seconds={}", rates.latency_seconds))
             .arg(format!("--methods={}", rates.methods))
@@ -529,6 +536,27 @@ impl FaultProxy {
             .send(&body[..])
             .expect("setting the fault proxy's rates");
         assert_eq!(response.status(), 200, "the proxy refused {rates:?}");
+    }
+
+    /// The next `n` requests the rates' targets take in (methods, path)
+    /// answered 503 SlowDown in a row, whatever the draw.
+    pub fn fail_next(&self, n: u64) {
+        self.set_count("fail_next", n);
+    }
+
+    /// The next `n` GETs the rates' targets take in delivered with a byte
+    /// of their body flipped, whatever the draw.
+    pub fn corrupt_next(&self, n: u64) {
+        self.set_count("corrupt_next", n);
+    }
+
+    fn set_count(&self, name: &str, n: u64) {
+        let body = serde_json::to_vec(&serde_json::json!({ name: n })).unwrap();
+        let response = agent()
+            .post(self.control_url("config"))
+            .send(&body[..])
+            .expect("setting a count of the fault proxy");
+        assert_eq!(response.status(), 200, "the proxy refused {name} {n}");
     }
 
     pub fn reset_stats(&self) {

@@ -20,6 +20,14 @@ untouched). For a share of requests it injects a fault instead:
   hold           hold the whole request for --hold-seconds, then forward it
                  whether or not its client is still there: a PUT still in
                  flight when its writer is killed, landing much later
+  corrupt        forward the request, then flip one byte (the middle one)
+                 of a 2xx GET's body: damage in transit, the stored object
+                 intact (others pass unharmed)
+
+Besides the rates, "fail_next": N (POST /__proxy/config) answers the next
+N requests (of those targeted) 503 SlowDown, whatever the draw: a burst of
+consecutive 503s; a rate of fail 1.0 set and later unset is an outage.
+"corrupt_next": N corrupts the next N targeted GETs the same way.
 
 --methods and --path-contains keep the faults to some requests (only PUTs,
 only `_SUCCESS`); --latency-seconds delays every forwarded request, as a
@@ -59,7 +67,9 @@ import threading
 import time
 from collections import Counter
 
-FAULTS = ("fail", "reset", "stall", "lose_response", "hold")
+FAULTS = ("fail", "reset", "stall", "lose_response", "hold", "corrupt")
+# Settings that are counts, not shares: requests still to fail in a row.
+COUNTS = ("fail_next", "corrupt_next")
 # Which requests may meet a fault: methods (comma-separated, empty: all) and
 # a substring of the path ("_SUCCESS", "uploadId=").
 TARGETS = ("methods", "path_contains")
@@ -88,6 +98,12 @@ class ProxyState:
             methods = [m for m in self.rates["methods"].upper().split(",") if m]
             if (methods and method not in methods) or self.rates["path_contains"] not in path:
                 return None, stall_s, mid_body
+            if self.rates["fail_next"] > 0:
+                self.rates["fail_next"] -= 1
+                return "fail", stall_s, mid_body
+            if self.rates["corrupt_next"] > 0 and method == "GET":
+                self.rates["corrupt_next"] -= 1
+                return "corrupt", stall_s, mid_body
             edge = 0.0
             for name in FAULTS:
                 edge += self.rates[name]
@@ -112,7 +128,7 @@ class ProxyState:
 
     def stats(self) -> dict:
         with self.lock:
-            keys = ["requests", "forwarded", *FAULTS, "reset_before", "reset_mid_body"]
+            keys = ["requests", "forwarded", *FAULTS, "reset_before", "reset_mid_body", "corrupt_skipped"]
             out = {k: self.counts.get(k, 0) for k in keys}
             out.update(self.counts)
             return out
@@ -123,7 +139,12 @@ class ProxyState:
                 key = key.replace("-", "_")
                 if key not in self.rates:
                     raise ValueError(f"unknown setting {key!r}; known: {sorted(self.rates)}")
-                self.rates[key] = str(value) if key in TARGETS else float(value)
+                if key in TARGETS:
+                    self.rates[key] = str(value)
+                elif key in COUNTS:
+                    self.rates[key] = int(value)
+                else:
+                    self.rates[key] = float(value)
             if sum(self.rates[f] for f in FAULTS) > 1.0:
                 raise ValueError(f"fault rates add up to more than 1: {self.rates}")
             return dict(self.rates)
@@ -331,6 +352,8 @@ class Exchange:
             self.conn.sendall(response.raw + body[: len(body) // 2])
             reset(self.conn)
             return False
+        if fault == "corrupt":
+            body = self.corrupted(response, body)
         if fault == "stall":
             self.state.count(stall=1)
             self.dribble(response.raw, body, stall_s)
@@ -341,6 +364,17 @@ class Exchange:
         has_body = response_has_body(self.method, int(response.start[1]))
         keep = sent_body and not (response.wants_close() or self.head.wants_close())
         return keep and (framed or not has_body)
+
+    def corrupted(self, response: Message, body: bytes) -> bytes:
+        """The body with its middle byte flipped, for a 2xx GET whose body
+        is framed by Content-Length (chunked framing would break)."""
+        status = int(response.start[1])
+        if self.method != "GET" or not (200 <= status < 300) or not body or not response.header("content-length"):
+            self.state.count(corrupt_skipped=1)
+            return body
+        self.state.count(corrupt=1)
+        at = len(body) // 2
+        return body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1 :]
 
     def dribble(self, head: bytes, body: bytes, seconds: float) -> None:
         if not body:
@@ -385,6 +419,7 @@ def main() -> None:
     p.add_argument("--reset", type=float, default=0.0, help="share of requests whose connection is reset")
     p.add_argument("--stall", type=float, default=0.0, help="share of responses dribbled over --stall-seconds")
     p.add_argument("--lose-response", type=float, default=0.0, help="share forwarded, then reset before the response")
+    p.add_argument("--corrupt", type=float, default=0.0, help="share of GET bodies with one byte flipped")
     p.add_argument("--stall-seconds", type=float, default=2.0)
     p.add_argument("--hold", type=float, default=0.0, help="share of requests held for --hold-seconds, then forwarded")
     p.add_argument("--hold-seconds", type=float, default=10.0)
@@ -396,10 +431,11 @@ def main() -> None:
     a = p.parse_args()
     host, _, port = a.target.rpartition(":")
     target = (host or "127.0.0.1", int(port))
-    rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "stall_seconds": a.stall_seconds,
+    rates = {"fail": a.fail, "reset": a.reset, "stall": a.stall, "lose_response": a.lose_response, "corrupt": a.corrupt,
              "hold": a.hold, "hold_seconds": a.hold_seconds,
+             "fail_next": 0, "corrupt_next": 0, "stall_seconds": a.stall_seconds,
              "latency_seconds": a.latency_seconds, "methods": a.methods, "path_contains": a.path_contains}
-    state = ProxyState({k: ("" if k in TARGETS else 0.0) for k in rates}, a.seed, a.log)
+    state = ProxyState({k: ("" if k in TARGETS else 0 if k in COUNTS else 0.0) for k in rates}, a.seed, a.log)
     try:
         state.configure(rates)
     except ValueError as e:

@@ -21,7 +21,9 @@ use segpredict_core::message::InputFile;
 
 /// Bumped when the manifest's meaning changes; a different format is a
 /// different run.
-pub const MANIFEST_FORMAT: u32 = 2;
+/// 3: a local input's identity holds its inode and change time, and input
+/// paths are canonical.
+pub const MANIFEST_FORMAT: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +51,12 @@ pub struct Fingerprint {
     pub dtype: String,
 }
 
-/// One input file as the run found it.
+/// One input file as the run found it. What identifies it: its path (a
+/// local one canonical: absolute, links resolved), size and rows; a local
+/// file's modification time, inode and change time (ctime, which `touch`
+/// cannot set) and its Parquet footer's hash; an object's ETag (or
+/// version). Another file under the name, the same file rewritten (its
+/// mtime put back or not), or another object is another input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputRecord {
@@ -62,9 +69,11 @@ pub struct InputRecord {
     /// offsets and statistics): a change of content that keeps the size
     /// and the modification time (`cp -p`, `rsync -a`) changes it.
     pub footer_sha256: String,
-    /// An object's ETag or version (empty for a local file): in object
-    /// storage the identity of the content, since a bucket's modification
-    /// time is the upload's.
+    /// An object's ETag (or `version ID`): in object storage the identity
+    /// of the content, since a bucket's modification time is the upload's;
+    /// every read of the object is pinned to it. A local file's inode and
+    /// change time (`inode 1234 ctime NS`): a file swapped in under the
+    /// name, or rewritten with its size and mtime kept, differs here.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
 }
@@ -209,36 +218,12 @@ fn input_differences(was: &[InputRecord], now: &[InputRecord]) -> Vec<String> {
     };
     for old in was {
         match find(now, &old.path) {
-            None => out.push(format!("input file {} is no longer in the input", old.path)),
+            None => out.push(gone(old)),
             Some(i) => {
-                let new = &now[i];
-                let mut changes = Vec::new();
-                if old.size != new.size {
-                    changes.push(format!("size {} -> {}", old.size, new.size));
-                }
-                if old.mtime_ns != new.mtime_ns {
-                    changes.push(format!(
-                        "modified {} -> {}",
-                        utc_time(old.mtime_ns),
-                        utc_time(new.mtime_ns)
-                    ));
-                }
-                if old.rows != new.rows {
-                    changes.push(format!("rows {} -> {}", old.rows, new.rows));
-                }
-                if old.footer_sha256 != new.footer_sha256 {
-                    changes.push(format!(
-                        "content: Parquet footer sha256 {} -> {}",
-                        short_hash(&old.footer_sha256),
-                        short_hash(&new.footer_sha256)
-                    ));
-                }
-                if old.version != new.version {
-                    changes.push(format!("object version {} -> {}", old.version, new.version));
-                }
+                let changes = changes(old, &now[i]);
                 if !changes.is_empty() {
                     out.push(format!(
-                        "input file {} changed ({})",
+                        "input file {} changed since the output was started ({}): put the original back to resume this output",
                         old.path,
                         changes.join(", ")
                     ));
@@ -256,6 +241,84 @@ fn input_differences(was: &[InputRecord], now: &[InputRecord]) -> Vec<String> {
         out.push("the input files are in another order".into());
     }
     out
+}
+
+/// A recorded input this run does not have: missing, or (a local file still
+/// there, left out as unreadable under `on_bad_file = "skip"`) changed.
+fn gone(old: &InputRecord) -> String {
+    let local = !old.path.contains("://");
+    match std::fs::metadata(&old.path) {
+        Ok(meta) if local && meta.is_file() => {
+            let mut changes = Vec::new();
+            if meta.len() != old.size {
+                changes.push(format!("size {} -> {}", old.size, meta.len()));
+            }
+            let identity = segpredict_storage::file_identity(&meta);
+            if identity != old.version {
+                changes.push(format!(
+                    "identity {} -> {}",
+                    describe_version(&old.version),
+                    describe_version(&identity)
+                ));
+            }
+            format!(
+                "input file {} changed since the output was started ({}) and no longer reads as Parquet: put the original back to resume this output",
+                old.path,
+                if changes.is_empty() { "content".into() } else { changes.join(", ") }
+            )
+        }
+        _ => format!("input file {} is no longer in the input", old.path),
+    }
+}
+
+/// What differs between two records of one path.
+fn changes(old: &InputRecord, new: &InputRecord) -> Vec<String> {
+    let mut changes = Vec::new();
+    if old.size != new.size {
+        changes.push(format!("size {} -> {}", old.size, new.size));
+    }
+    if old.mtime_ns != new.mtime_ns {
+        changes.push(format!(
+            "modified {} -> {}",
+            utc_time(old.mtime_ns),
+            utc_time(new.mtime_ns)
+        ));
+    }
+    if old.rows != new.rows {
+        changes.push(format!("rows {} -> {}", old.rows, new.rows));
+    }
+    if old.footer_sha256 != new.footer_sha256 {
+        changes.push(format!(
+            "content: Parquet footer sha256 {} -> {}",
+            short_hash(&old.footer_sha256),
+            short_hash(&new.footer_sha256)
+        ));
+    }
+    if old.version != new.version {
+        let what = match old.path.contains("://") {
+            true => "object ETag/version",
+            false => "identity",
+        };
+        changes.push(format!(
+            "{what} {} -> {}",
+            describe_version(&old.version),
+            describe_version(&new.version)
+        ));
+    }
+    changes
+}
+
+/// An input's recorded version for a person: a local file's inode and
+/// change time (as a UTC time), an object's ETag as it is.
+fn describe_version(version: &str) -> String {
+    match segpredict_storage::parse_file_identity(version) {
+        Some((inode, ctime_ns)) => format!(
+            "inode {inode} changed {}",
+            utc_time(i64::try_from(ctime_ns).unwrap_or(i64::MAX))
+        ),
+        None if version.is_empty() => "none".into(),
+        None => version.to_string(),
+    }
 }
 
 fn short_hash(hex: &str) -> &str {
@@ -399,10 +462,41 @@ mod tests {
                 "model differs (was sha256 abababababab, now sha256 efefefefefef)",
                 "dtype differs (was f32, now bf16)",
                 "shard count differs (was 1, now 3)",
-                "input file in/a.parquet changed (size 123 -> 456, modified 2025-12-03T09:41:07.123Z -> 2025-12-03T09:41:08.123Z, content: Parquet footer sha256 aaaaaaaaaaaa -> dddddddddddd)",
+                "input file in/a.parquet changed since the output was started (size 123 -> 456, modified 2025-12-03T09:41:07.123Z -> 2025-12-03T09:41:08.123Z, content: Parquet footer sha256 aaaaaaaaaaaa -> dddddddddddd): put the original back to resume this output",
                 "input file in/b.parquet is no longer in the input",
                 "input file in/c.parquet is new",
             ]
+        );
+    }
+
+    #[test]
+    fn a_file_swapped_under_its_name_is_changed_by_its_identity() {
+        let mut was = manifest();
+        was.inputs[0].version = "inode 12 ctime 1764754867123000000".into();
+        let mut now = was.clone();
+        now.inputs[0].version = "inode 99 ctime 1764754900000000000".into();
+        assert_eq!(
+            now.differences_from(&was),
+            vec!["input file in/a.parquet changed since the output was started (identity inode 12 changed 2025-12-03T09:41:07.123Z -> inode 99 changed 2025-12-03T09:41:40.000Z): put the original back to resume this output"]
+        );
+    }
+
+    #[test]
+    fn a_local_file_left_out_but_still_there_is_changed_not_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        std::fs::write(&path, b"PAR1 truncated").unwrap();
+        let mut was = manifest();
+        was.inputs[0].path = path.display().to_string();
+        let mut now = was.clone();
+        now.inputs.remove(0);
+        let diff = now.differences_from(&was);
+        assert_eq!(diff.len(), 1, "{diff:?}");
+        assert!(
+            diff[0].contains("changed since the output was started (size 123 -> 14")
+                && diff[0].contains("put the original back")
+                && !diff[0].contains("no longer in the input"),
+            "{diff:?}"
         );
     }
 

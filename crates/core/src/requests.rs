@@ -17,4 +17,9 @@ pub struct StoreRequests {
     pub bytes_read: u64,
     /// Bytes of object data sent (puts, parts of uploads).
     pub bytes_written: u64,
+    /// Input ranges that did not decode and were fetched again (pinned to
+    /// the object's recorded ETag) and then decoded: damage in transit,
+    /// ridden out.
+    #[serde(default)]
+    pub refetched_ranges: u64,
 }

@@ -93,7 +93,7 @@ impl BadUnit {
 }
 
 /// The error and its causes, in one line.
-fn one_line(error: &ReaderError) -> String {
+pub(crate) fn one_line(error: &ReaderError) -> String {
     let mut line = error.to_string();
     let mut cause = std::error::Error::source(error);
     while let Some(c) = cause {

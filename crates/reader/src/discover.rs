@@ -1,5 +1,7 @@
 //! Turns the `path` setting into the run's input locations: a sorted list of
-//! local Parquet files, each with its size and modification time.
+//! Parquet files, each with what identifies it (a local file: its size,
+//! modification time, inode and change time; an object: its size and ETag),
+//! under one spelling of its path (a local path canonical).
 
 use std::path::{Path, PathBuf};
 
@@ -19,13 +21,33 @@ pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
     if segpredict_storage::is_object_url(&text) {
         return object_files(&text);
     }
-    input_paths(path)?.into_iter().map(located).collect()
+    input_paths(&canonical_input(path))?
+        .into_iter()
+        .map(located)
+        .collect()
+}
+
+/// The `path` setting in one spelling, so `./in`, `in/`, `file:///data/in`
+/// and `/data/in` are one input (and resume one output): a file or folder
+/// canonical, a glob with its literal root canonical.
+fn canonical_input(path: &Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    let path = Path::new(text.strip_prefix("file://").unwrap_or(&text));
+    if !is_glob(path) {
+        return segpredict_storage::canonical_path(path);
+    }
+    let rest: PathBuf = path
+        .components()
+        .skip(literal_components(path).count())
+        .collect();
+    segpredict_storage::canonical_path(&glob_root(path)).join(rest)
 }
 
 /// An object-store URL: the object itself when one has exactly that key,
 /// else the `*.parquet` objects below the prefix (or matching the glob),
 /// left out as for a folder when a part of the key below the prefix starts
-/// with `_` or `.`. Identity: the object's size and ETag (or version).
+/// with `_` or `.`. Identity: the object's size and ETag (every read is
+/// pinned to it), or `version ID` where a store gives a version and no ETag.
 fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     let url = match segpredict_storage::Location::parse(text).map_err(|e| storage_error(text, e))? {
         segpredict_storage::Location::Object(url) => url,
@@ -70,9 +92,9 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
             row_groups: 0,
             footer_sha256: String::new(),
             version: o
-                .version
+                .e_tag
                 .clone()
-                .or_else(|| o.e_tag.clone())
+                .or_else(|| o.version.as_ref().map(|v| format!("version {v}")))
                 .unwrap_or_default(),
         })
         .collect())
@@ -110,21 +132,32 @@ fn input_paths(path: &Path) -> Result<Vec<PathBuf>, ReaderError> {
     })
 }
 
-/// The file as it is now: its size and modification time.
+/// The file as it is now: its size, modification time, inode and change
+/// time (the plan takes them again from the file it opens).
 fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
     let metadata = std::fs::metadata(&path).map_err(|source| ReaderError::Io {
         path: path.clone(),
         source,
     })?;
-    Ok(InputFile {
-        size_bytes: metadata.len(),
-        modified: metadata.modified().ok(),
+    let mut file = InputFile {
         path,
+        size_bytes: 0,
+        modified: None,
         rows: 0,
         row_groups: 0,
         footer_sha256: String::new(),
         version: String::new(),
-    })
+    };
+    set_identity(&mut file, &metadata);
+    Ok(file)
+}
+
+/// Records `metadata`'s size, modification time, inode and change time as
+/// `file`'s identity.
+pub(crate) fn set_identity(file: &mut InputFile, metadata: &std::fs::Metadata) {
+    file.size_bytes = metadata.len();
+    file.modified = metadata.modified().ok();
+    file.version = segpredict_storage::file_identity(metadata);
 }
 
 /// Whether the `path` setting is a glob: glob characters in a path that is

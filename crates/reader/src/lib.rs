@@ -15,6 +15,7 @@ pub mod image;
 mod overlap;
 mod panics;
 mod plan;
+mod prefetch;
 mod remote;
 mod survey;
 mod watched;
@@ -163,6 +164,8 @@ pub enum ReaderError {
         #[source]
         source: Box<segpredict_storage::StorageError>,
     },
+    #[error("input {path} changed while the run read it ({how}); nothing of the new version is used")]
+    Changed { path: PathBuf, how: String },
 }
 
 impl ReaderError {
@@ -172,7 +175,7 @@ impl ReaderError {
     pub fn is_bad_data(&self) -> bool {
         matches!(
             self,
-            ReaderError::Decode { .. } | ReaderError::NotParquet { .. }
+            ReaderError::Decode { .. } | ReaderError::NotParquet { .. } | ReaderError::Changed { .. }
         ) && self.is_permanent()
     }
 }
@@ -193,6 +196,7 @@ impl Classify for ReaderError {
             | ReaderError::Column { .. }
             | ReaderError::IdKindMismatch { .. }
             | ReaderError::OutputOverlapsInput { .. }
+            | ReaderError::Changed { .. }
             | ReaderError::Config(_) => Failure::Permanent,
         }
     }
@@ -232,6 +236,16 @@ impl ReaderConfig {
             .build()
             .map_err(ReaderError::DecodePool)
     }
+}
+
+/// Hex SHA-256 of `bytes`: a footer's hash, the same for a local file and
+/// an object.
+pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// One reader thread: takes units until the queue is empty, the run is
@@ -316,31 +330,19 @@ struct Reading<'a> {
 
 impl Reading<'_> {
     /// Reads one unit; under `on_bad_file = "skip"`, a unit that stops
-    /// decoding part way has its rows not yet sent rejected instead. Returns
-    /// false when the downstream stage has gone (the run is ending).
+    /// decoding part way (or whose file changed) has its rows not yet sent
+    /// rejected instead. Returns false when the downstream stage has gone
+    /// (the run is ending).
     fn read_unit(
         &self,
         unit: Unit,
         fetched: Option<Result<FetchedBytes, RemoteError>>,
         stats: &mut ReaderStats,
     ) -> Result<bool, ReaderError> {
-        let path = &self
-            .plan
-            .sources
-            .get(unit.file_idx as usize)
-            .ok_or_else(|| ReaderError::Config("unit names an unknown file".into()))?
-            .path;
         let mut next_row = unit.first_row;
         let decoded = match fetched {
-            None => {
-                let (builder, watch) = plan::open_watched(path)?;
-                self.decode_unit(unit, path, builder, &mut next_row, stats)
-                    .map_err(|e| watch.explain(path, e))
-            }
-            Some(fetched) => {
-                let builder = self.fetched_builder(unit, path, fetched)?;
-                self.decode_unit(unit, path, builder, &mut next_row, stats)
-            }
+            None => self.read_local(unit, &mut next_row, stats),
+            Some(fetched) => self.read_fetched(unit, fetched, &mut next_row, stats),
         };
         match decoded {
             Err(error) if self.config.on_bad_file == OnBadFile::Skip && error.is_bad_data() => {
@@ -357,6 +359,55 @@ impl Reading<'_> {
         }
     }
 
+    /// A local file's unit, decoded with the footer the plan read, from the
+    /// file checked to be the one the plan recorded (size, times, inode)
+    /// when opened and again before each chunk of rows is sent.
+    fn read_local(
+        &self,
+        unit: Unit,
+        next_row: &mut u64,
+        stats: &mut ReaderStats,
+    ) -> Result<bool, ReaderError> {
+        let (file, footer) = self.plan.source(unit.file_idx)?;
+        let (builder, opened) = watched::open_local(file, footer)?;
+        self.decode_unit(unit, &file.path, builder, next_row, stats, &|| opened.check())
+            .map_err(|e| opened.explain(e))
+    }
+
+    /// An object's unit from its fetched bytes. Bytes that do not decode
+    /// are fetched again once (pinned to the object recorded, so the same
+    /// object): damage in transit is ridden out and counted; the object's
+    /// own damage fails again, as it should.
+    fn read_fetched(
+        &self,
+        unit: Unit,
+        fetched: Result<FetchedBytes, RemoteError>,
+        next_row: &mut u64,
+        stats: &mut ReaderStats,
+    ) -> Result<bool, ReaderError> {
+        let (file, _) = self.plan.source(unit.file_idx)?;
+        let path = &file.path;
+        let first = self
+            .fetched_builder(unit, path, fetched)
+            .and_then(|builder| self.decode_unit(unit, path, builder, next_row, stats, &|| Ok(())));
+        let error = match first {
+            Err(error) if error.is_bad_data() && !matches!(error, ReaderError::Changed { .. }) => {
+                error
+            }
+            done => return done,
+        };
+        let remote = self
+            .plan
+            .remote(unit.file_idx)
+            .ok_or_else(|| ReaderError::Config("fetched bytes of a local file".into()))?;
+        tracing::warn!(path = %path.display(), row_group = unit.row_group, error = %bad_unit::one_line(&error), "a fetched range did not decode; fetching it again");
+        let again = self.fetched_builder(unit, path, remote::fetch_blocking(remote, unit.row_group))?;
+        let decoded = self.decode_unit(unit, path, again, next_row, stats, &|| Ok(()))?;
+        segpredict_storage::count_refetched_range();
+        tracing::info!(path = %path.display(), row_group = unit.row_group, "the range fetched again decoded");
+        Ok(decoded)
+    }
+
     /// A reader over an object's row group from its fetched bytes and the
     /// footer read at planning.
     fn fetched_builder(
@@ -366,15 +417,12 @@ impl Reading<'_> {
         fetched: Result<FetchedBytes, RemoteError>,
     ) -> Result<ParquetRecordBatchReaderBuilder<FetchedBytes>, ReaderError> {
         let bytes = fetched.map_err(|e| match e {
-            RemoteError::Store(e) => ReaderError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::other(e),
-            },
             RemoteError::Parquet(e) => ReaderError::Decode {
                 path: path.to_path_buf(),
                 row_group: unit.row_group,
                 source: DecodeError::Parquet(e),
             },
+            e => plan::remote_error(path, e),
         })?;
         let remote = self
             .plan
@@ -386,8 +434,9 @@ impl Reading<'_> {
         ))
     }
 
-    /// Decodes and sends one unit's rows; `next_row` is the first row not
-    /// yet sent (where a failure leaves it).
+    /// Decodes and sends one unit's rows from `next_row` (the first not yet
+    /// sent: rows before it are skipped unread), leaving it past the rows
+    /// sent; `unchanged` is asked before each chunk is sent.
     fn decode_unit<T: ChunkReader + 'static>(
         &self,
         unit: Unit,
@@ -395,6 +444,7 @@ impl Reading<'_> {
         builder: ParquetRecordBatchReaderBuilder<T>,
         next_row: &mut u64,
         stats: &mut ReaderStats,
+        unchanged: &dyn Fn() -> Result<(), ReaderError>,
     ) -> Result<bool, ReaderError> {
         let decode_error = |source: DecodeError| ReaderError::Decode {
             path: path.to_path_buf(),
@@ -402,13 +452,8 @@ impl Reading<'_> {
             source,
         };
         let (config, plan) = (self.config, self.plan);
-        let roots = config.columns.root_indices(builder.schema());
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-        let mut reader = builder
-            .with_projection(mask)
-            .with_row_groups(vec![unit.row_group])
-            .with_batch_size(config.batch_rows)
-            .build()
+        let mut reader = self
+            .record_reader(unit, builder, *next_row)
             .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -434,6 +479,8 @@ impl Reading<'_> {
                 chunk.rows.retain(|r| !plan.is_done(&r.meta.origin));
                 chunk.rejects.retain(|r| !plan.is_done(&r.origin));
             }
+            // What was read is of the version the run recorded.
+            unchanged()?;
             *next_row += batch.num_rows() as u64;
             stats.rows += (chunk.rows.len() + chunk.rejects.len()) as u64;
             stats.rejects += chunk.rejects.len() as u64;
@@ -443,6 +490,30 @@ impl Reading<'_> {
             }
         }
         Ok(true)
+    }
+
+    /// The unit's row group, its mapped columns only, from row `from` on.
+    fn record_reader<T: ChunkReader + 'static>(
+        &self,
+        unit: Unit,
+        builder: ParquetRecordBatchReaderBuilder<T>,
+        from: u64,
+    ) -> parquet::errors::Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+        use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+        let roots = self.config.columns.root_indices(builder.schema());
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let mut builder = builder
+            .with_projection(mask)
+            .with_row_groups(vec![unit.row_group])
+            .with_batch_size(self.config.batch_rows);
+        let skip = from.saturating_sub(unit.first_row).min(unit.rows);
+        if skip > 0 {
+            builder = builder.with_row_selection(RowSelection::from(vec![
+                RowSelector::skip(skip as usize),
+                RowSelector::select((unit.rows - skip) as usize),
+            ]));
+        }
+        builder.build()
     }
 }
 

@@ -12,10 +12,9 @@ use segpredict_storage::object_store::path::Path as ObjectPath;
 use segpredict_storage::object_store::ObjectStore;
 use segpredict_storage::Location;
 
-use crate::remote::{self, Prefetch, Prefetched, RemoteError, RemoteFile};
-use crate::watched::{Watch, WatchedFile};
+use crate::prefetch::{Prefetch, Prefetched};
+use crate::remote::{self, Pin, RemoteError, RemoteFile};
 use segpredict_core::exit::Classify;
-use sha2::{Digest, Sha256};
 
 use super::{discover, OnBadFile, ReaderConfig, ReaderError};
 use segpredict_core::done::DoneSet;
@@ -55,6 +54,9 @@ pub struct ReadPlan {
     /// Per file (by index), its object and footer when it is in object
     /// storage: read once at planning, used by every unit.
     remote: Arc<Vec<Option<Arc<RemoteFile>>>>,
+    /// Per file (by index), its footer as read at planning: every unit of
+    /// a local file is decoded with it (the file checked unchanged since).
+    footers: Arc<Vec<ArrowReaderMetadata>>,
     /// Row groups of objects fetched ahead of the reader threads.
     fetch_concurrency: usize,
 }
@@ -160,6 +162,18 @@ impl ReadPlan {
     pub(crate) fn remote(&self, file_idx: u32) -> Option<&Arc<RemoteFile>> {
         self.remote.get(file_idx as usize)?.as_ref()
     }
+
+    /// File `file_idx` as the plan found it, and the footer it read.
+    pub(crate) fn source(
+        &self,
+        file_idx: u32,
+    ) -> Result<(&InputFile, &ArrowReaderMetadata), ReaderError> {
+        let i = file_idx as usize;
+        match (self.sources.get(i), self.footers.get(i)) {
+            (Some(file), Some(footer)) => Ok((file, footer)),
+            _ => Err(ReaderError::Config("unit names an unknown file".into())),
+        }
+    }
 }
 
 /// A file left out under `on_bad_file = "skip"`, with why (the error and
@@ -201,21 +215,6 @@ fn check_id_kind(
     Ok(())
 }
 
-/// Opens a local Parquet file to read from it, and reads its footer; the
-/// watch keeps the first I/O error of the reads (see `watched.rs`).
-pub(super) fn open_watched(
-    path: &Path,
-) -> Result<(ParquetRecordBatchReaderBuilder<WatchedFile>, Watch), ReaderError> {
-    let file = std::fs::File::open(path).map_err(|source| ReaderError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let (file, watch) = WatchedFile::new(file);
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|source| watch.explain(path, not_parquet(path, source)))?;
-    Ok((builder, watch))
-}
-
 fn not_parquet(path: &Path, source: parquet::errors::ParquetError) -> ReaderError {
     ReaderError::NotParquet {
         path: path.to_path_buf(),
@@ -224,21 +223,34 @@ fn not_parquet(path: &Path, source: parquet::errors::ParquetError) -> ReaderErro
 }
 
 /// Opens a local Parquet file and reads its footer, and the hex SHA-256 of
-/// the footer's bytes.
+/// the footer's bytes; records the open file's identity (size, times,
+/// inode) in `file`, taken before and after the footer was read: a file
+/// being written meanwhile is an error (retryable), never a footer of one
+/// version beside the identity of another.
 fn open_with_footer_hash(
-    path: &Path,
+    file: &mut InputFile,
 ) -> Result<(ParquetRecordBatchReaderBuilder<std::fs::File>, String), ReaderError> {
+    let path = file.path.clone();
     let io_error = |source| ReaderError::Io {
-        path: path.to_path_buf(),
+        path: path.clone(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io_error)?;
+    let opened = std::fs::File::open(&path).map_err(io_error)?;
+    let before = opened.metadata().map_err(io_error)?;
     // The same open file: what is hashed is what the builder read.
-    let hashed = file.try_clone().map_err(io_error)?;
+    let hashed = opened.try_clone().map_err(io_error)?;
     let builder =
-        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| not_parquet(path, e))?;
+        ParquetRecordBatchReaderBuilder::try_new(opened).map_err(|e| not_parquet(&path, e))?;
     // The builder has checked the footer's length and magic.
     let sha256 = footer_sha256(&hashed).map_err(io_error)?;
+    let after = hashed.metadata().map_err(io_error)?;
+    let identity = |m: &std::fs::Metadata| (m.len(), m.modified().ok(), segpredict_storage::file_identity(m));
+    if identity(&before) != identity(&after) {
+        return Err(io_error(std::io::Error::other(
+            "the file changed while its footer was read (being written?)",
+        )));
+    }
+    discover::set_identity(file, &after);
     Ok((builder, sha256))
 }
 
@@ -259,15 +271,13 @@ fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
         .ok_or(std::io::ErrorKind::UnexpectedEof)?;
     let mut footer = vec![0u8; (length + 8) as usize];
     file.read_exact_at(&mut footer, footer_at)?;
-    Ok(hex_sha256(&footer))
+    Ok(crate::hex_sha256(&footer))
 }
 
-pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+
+/// A planned file: its id column's kind, its object (in object storage),
+/// its footer.
+type PlannedFile = (IdKind, Option<Arc<RemoteFile>>, ArrowReaderMetadata);
 
 /// An object: its bucket's client and its key.
 pub(crate) type Object = (Arc<dyn ObjectStore>, ObjectPath);
@@ -289,26 +299,44 @@ fn object_of(path: &Path) -> Result<Option<Object>, ReaderError> {
 }
 
 /// An object's read failure as the reader's error: the network's is
-/// retryable, content that does not parse is the file's.
+/// retryable, content that does not parse is the file's, an object that
+/// is no longer the one recorded is a changed input.
 pub(crate) fn remote_error(path: &Path, error: RemoteError) -> ReaderError {
     match error {
         RemoteError::Parquet(source) => ReaderError::NotParquet {
             path: path.to_path_buf(),
             source,
         },
+        RemoteError::Changed(e) => ReaderError::Changed {
+            path: path.to_path_buf(),
+            how: changed_object(&e),
+        },
         RemoteError::Store(e) => ReaderError::Io {
             path: path.to_path_buf(),
-            source: std::io::Error::other(e),
+            source: segpredict_storage::io_error(&e),
         },
     }
 }
 
-/// A file's footer: read from disk, or by range from object storage.
+/// How an object is no longer the one the run recorded.
+pub(crate) fn changed_object(error: &segpredict_storage::object_store::Error) -> String {
+    match error {
+        segpredict_storage::object_store::Error::NotFound { .. } => "it was deleted".into(),
+        e => format!(
+            "it was replaced: its ETag no longer matches the one recorded ({})",
+            segpredict_storage::one_line(e)
+        ),
+    }
+}
+
+/// A file's footer: read from disk, or by range from object storage
+/// (pinned to the ETag or version `file` records). A local file's
+/// identity is taken again from the file opened.
 pub(crate) fn read_footer(
-    file: &InputFile,
+    file: &mut InputFile,
 ) -> Result<(ArrowReaderMetadata, String, Option<Object>), ReaderError> {
     let Some((store, key)) = object_of(&file.path)? else {
-        let (builder, sha256) = open_with_footer_hash(&file.path)?;
+        let (builder, sha256) = open_with_footer_hash(file)?;
         let metadata =
             ArrowReaderMetadata::try_new(builder.metadata().clone(), ArrowReaderOptions::new())
                 .map_err(|source| ReaderError::NotParquet {
@@ -317,7 +345,8 @@ pub(crate) fn read_footer(
                 })?;
         return Ok((metadata, sha256, None));
     };
-    let (metadata, sha256) = remote::read_footer(&store, &key, file.size_bytes)
+    let pin = Pin::of(&file.version);
+    let (metadata, sha256) = remote::read_footer(&store, &key, pin.as_ref(), file.size_bytes)
         .map_err(|e| remote_error(&file.path, e))?;
     Ok((metadata, sha256, Some((store, key))))
 }
@@ -333,13 +362,15 @@ impl ReaderConfig {
         let mut units = Vec::new();
         let mut id_kind: Option<(IdKind, PathBuf)> = None;
         let mut remote = Vec::new();
+        let mut footers = Vec::new();
         for mut file in found {
             let file_idx = u32::try_from(files.len())
                 .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
             let planned = self.plan_file(&mut file, file_idx, &mut units);
             let kind = match (planned, self.on_bad_file) {
-                (Ok((kind, object)), _) => {
+                (Ok((kind, object, footer)), _) => {
                     remote.push(object);
+                    footers.push(footer);
                     kind
                 }
                 // The file's own fault; a read that failed may not fail
@@ -365,19 +396,20 @@ impl ReaderConfig {
             done: None,
             skipped,
             remote: Arc::new(remote),
+            footers: Arc::new(footers),
             fetch_concurrency: self.fetch_concurrency,
         })
     }
 
     /// Checks one file's columns, records its rows and row groups, and adds
     /// its non-empty row groups to `units`; returns its id column's kind,
-    /// and its object and footer when it is in object storage.
+    /// its object when it is in object storage, and its footer.
     fn plan_file(
         &self,
         file: &mut InputFile,
         file_idx: u32,
         units: &mut Vec<Unit>,
-    ) -> Result<(IdKind, Option<Arc<RemoteFile>>), ReaderError> {
+    ) -> Result<PlannedFile, ReaderError> {
         let (metadata, footer_sha256, object) = read_footer(file)?;
         file.footer_sha256 = footer_sha256;
         let kind = self.columns.check_schema(metadata.schema(), &file.path)?;
@@ -387,6 +419,7 @@ impl ReaderConfig {
                 store,
                 path,
                 size: file.size_bytes,
+                pin: Pin::of(&file.version),
                 metadata: metadata.clone(),
             })
         });
@@ -406,7 +439,7 @@ impl ReaderConfig {
         }
         file.rows = first_row;
         file.row_groups = row_groups.len();
-        Ok((kind, object))
+        Ok((kind, object, metadata))
     }
 }
 
@@ -417,6 +450,7 @@ mod tests {
     use arrow::array::Int64Array;
     use arrow::record_batch::RecordBatch;
     use parquet::arrow::ArrowWriter;
+    use sha2::{Digest, Sha256};
 
     use super::*;
 
@@ -433,8 +467,20 @@ mod tests {
         writer.close().unwrap();
     }
 
+    fn local(path: &Path) -> InputFile {
+        InputFile {
+            path: path.to_path_buf(),
+            size_bytes: 0,
+            modified: None,
+            rows: 0,
+            row_groups: 0,
+            footer_sha256: String::new(),
+            version: String::new(),
+        }
+    }
+
     fn hash_of(path: &Path) -> String {
-        open_with_footer_hash(path).unwrap().1
+        open_with_footer_hash(&mut local(path)).unwrap().1
     }
 
     #[test]
@@ -480,7 +526,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.parquet");
         std::fs::write(&path, b"PAR1 not really").unwrap();
-        let error = open_with_footer_hash(&path).map(|_| ()).unwrap_err();
+        let error = open_with_footer_hash(&mut local(&path))
+            .map(|_| ())
+            .unwrap_err();
         assert!(matches!(error, ReaderError::NotParquet { .. }), "{error}");
     }
 }

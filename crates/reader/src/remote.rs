@@ -4,23 +4,59 @@
 //! reader threads, `fetch_concurrency` row groups at a time, so the
 //! network's latency hides behind decoding. object_store retries each
 //! request with backoff; the bytes held are bounded by the concurrency.
+//!
+//! Every request is pinned to the object as the run found it (its ETag by
+//! `If-Match`, or its version): an object replaced mid-run answers 412 (or
+//! is gone), never the new bytes, so no run mixes two versions of a file.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::stream::{BoxStream, StreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 use segpredict_storage::object_store::path::Path as ObjectPath;
-use segpredict_storage::object_store::{ObjectStore, ObjectStoreExt};
-use segpredict_storage::{block_on, runtime};
+use segpredict_storage::object_store::{GetOptions, GetRange, ObjectStore};
+use segpredict_storage::block_on;
 
-use crate::plan::Unit;
 
 /// Bytes read from a file's end hoping to get its whole footer at once.
 const TAIL_BYTES: u64 = 64 << 10;
+
+/// What every read of an object is pinned to: the object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pin {
+    /// `If-Match`: the ETag the listing gave.
+    ETag(String),
+    /// A version id (a store that gave one and no ETag).
+    Version(String),
+}
+
+impl Pin {
+    /// The pin of an input whose recorded version is `version` (see
+    /// `discover::object_files`); `None` when the store gave neither.
+    pub fn of(version: &str) -> Option<Pin> {
+        match version.strip_prefix("version ") {
+            _ if version.is_empty() => None,
+            Some(id) => Some(Pin::Version(id.to_string())),
+            None => Some(Pin::ETag(version.to_string())),
+        }
+    }
+
+    fn options(pin: Option<&Pin>, range: Range<u64>) -> GetOptions {
+        let mut options = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            ..GetOptions::default()
+        };
+        match pin {
+            Some(Pin::ETag(tag)) => options.if_match = Some(tag.clone()),
+            Some(Pin::Version(id)) => options.version = Some(id.clone()),
+            None => {}
+        }
+        options
+    }
+}
 
 /// An input object and its footer.
 #[derive(Debug)]
@@ -28,6 +64,8 @@ pub(crate) struct RemoteFile {
     pub store: Arc<dyn ObjectStore>,
     pub path: ObjectPath,
     pub size: u64,
+    /// The object as the run recorded it, which every range read asks for.
+    pub pin: Option<Pin>,
     pub metadata: ArrowReaderMetadata,
     /// The projected root columns (this file's own order).
     pub roots: Vec<usize>,
@@ -80,10 +118,38 @@ impl ChunkReader for FetchedBytes {
 /// What can go wrong reading an input object.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RemoteError {
-    #[error(transparent)]
-    Store(#[from] segpredict_storage::object_store::Error),
+    #[error("{}", segpredict_storage::one_line(.0))]
+    Store(segpredict_storage::object_store::Error),
+    /// The object is no longer the one the run recorded: replaced (its
+    /// ETag or version no longer matches) or deleted.
+    #[error("{}", segpredict_storage::one_line(.0))]
+    Changed(segpredict_storage::object_store::Error),
     #[error(transparent)]
     Parquet(#[from] ParquetError),
+}
+
+impl From<segpredict_storage::object_store::Error> for RemoteError {
+    fn from(error: segpredict_storage::object_store::Error) -> Self {
+        use segpredict_storage::object_store::Error::{NotFound, Precondition};
+        match error {
+            Precondition { .. } => RemoteError::Changed(error),
+            NotFound { .. } if !segpredict_storage::is_missing_bucket(&error) => {
+                RemoteError::Changed(error)
+            }
+            _ => RemoteError::Store(error),
+        }
+    }
+}
+
+/// Bytes `range` of the object, pinned to `pin`.
+async fn get_pinned(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjectPath,
+    pin: Option<&Pin>,
+    range: Range<u64>,
+) -> Result<Bytes, segpredict_storage::object_store::Error> {
+    let got = store.get_opts(path, Pin::options(pin, range)).await?;
+    got.bytes().await
 }
 
 /// Reads an object's footer: its metadata, and the SHA-256 of the footer's
@@ -91,16 +157,17 @@ pub(crate) enum RemoteError {
 pub(crate) fn read_footer(
     store: &Arc<dyn ObjectStore>,
     path: &ObjectPath,
+    pin: Option<&Pin>,
     size: u64,
 ) -> Result<(ArrowReaderMetadata, String), RemoteError> {
     block_on(async {
         let tail_start = size.saturating_sub(TAIL_BYTES);
-        let mut tail = store.get_range(path, tail_start..size).await?;
+        let mut tail = get_pinned(store, path, pin, tail_start..size).await?;
         let footer_len = footer_length(&tail)?;
         let mut start = tail_start;
         if footer_len + 8 > tail.len() as u64 {
             start = size.saturating_sub(footer_len + 8);
-            tail = store.get_range(path, start..size).await?;
+            tail = get_pinned(store, path, pin, start..size).await?;
         }
         let footer = tail.slice(tail.len() - (footer_len as usize + 8).min(tail.len())..);
         let fetched = FetchedBytes {
@@ -108,7 +175,7 @@ pub(crate) fn read_footer(
             size,
         };
         let metadata = ArrowReaderMetadata::load(&fetched, ArrowReaderOptions::new())?;
-        Ok((metadata, crate::plan::hex_sha256(&footer)))
+        Ok((metadata, crate::hex_sha256(&footer)))
     })
 }
 
@@ -142,11 +209,17 @@ fn chunk_ranges(file: &RemoteFile, row_group: usize, roots: &[usize]) -> Vec<Ran
         .collect()
 }
 
-/// Fetches one row group's projected column chunks (object_store merges
-/// adjacent ranges into one request).
-async fn fetch(file: &RemoteFile, row_group: usize) -> Result<FetchedBytes, RemoteError> {
+/// Fetches one row group's projected column chunks (adjacent ranges merged
+/// into one request, as object_store's `get_ranges` does), each request
+/// pinned to the object the run recorded.
+pub(crate) async fn fetch(file: &RemoteFile, row_group: usize) -> Result<FetchedBytes, RemoteError> {
     let ranges = chunk_ranges(file, row_group, &file.roots);
-    let bytes = file.store.get_ranges(&file.path, &ranges).await?;
+    let bytes = segpredict_storage::object_store::coalesce_ranges(
+        &ranges,
+        |range| get_pinned(&file.store, &file.path, file.pin.as_ref(), range),
+        segpredict_storage::object_store::OBJECT_STORE_COALESCE_DEFAULT,
+    )
+    .await?;
     Ok(FetchedBytes {
         ranges: ranges.iter().map(|r| r.start).zip(bytes).collect(),
         size: file.size,
@@ -159,60 +232,6 @@ pub(crate) fn fetch_blocking(
     row_group: usize,
 ) -> Result<FetchedBytes, RemoteError> {
     block_on(fetch(file, row_group))
-}
-
-/// A unit with its bytes when its file is an object (`None` for a local
-/// file, which the reader thread reads itself).
-pub(crate) type Prefetched = (Unit, Option<Result<FetchedBytes, RemoteError>>);
-
-/// The units in plan order, each object's row group fetched up to
-/// `concurrency` ahead of the reader threads that take them.
-pub(crate) struct Prefetch {
-    stream: Mutex<BoxStream<'static, Prefetched>>,
-}
-
-impl std::fmt::Debug for Prefetch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Prefetch")
-    }
-}
-
-impl Prefetch {
-    pub fn new(
-        units: Vec<Unit>,
-        files: Arc<Vec<Option<Arc<RemoteFile>>>>,
-        concurrency: usize,
-    ) -> Self {
-        let stream = futures::stream::iter(units)
-            .map(move |unit| {
-                let file = files.get(unit.file_idx as usize).cloned().flatten();
-                // Spawned, so a fetch progresses while the stream waits.
-                let fetching =
-                    file.map(|f| runtime().spawn(async move { fetch(&f, unit.row_group).await }));
-                async move {
-                    let fetched = match fetching {
-                        None => None,
-                        Some(task) => Some(task.await.unwrap_or_else(|e| {
-                            Err(RemoteError::Parquet(ParquetError::General(format!(
-                                "fetch task: {e}"
-                            ))))
-                        })),
-                    };
-                    (unit, fetched)
-                }
-            })
-            .buffered(concurrency.max(1))
-            .boxed();
-        Self {
-            stream: Mutex::new(stream),
-        }
-    }
-
-    /// The next unit (and its bytes), waiting for its fetch; `None` at the end.
-    pub fn take(&self) -> Option<Prefetched> {
-        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        block_on(stream.next())
-    }
 }
 
 #[cfg(test)]
@@ -236,6 +255,65 @@ mod tests {
         std::io::Read::read_to_string(&mut fetched.get_read(202).unwrap(), &mut rest).unwrap();
         assert_eq!(rest, "z");
         assert_eq!(fetched.len(), 1000);
+    }
+
+    #[test]
+    fn an_etag_pins_by_if_match_and_a_version_by_its_id() {
+        let etag = Pin::of("\"abc\"").unwrap();
+        let options = Pin::options(Some(&etag), 4..8);
+        assert_eq!(options.if_match.as_deref(), Some("\"abc\""));
+        assert_eq!(options.range, Some(GetRange::Bounded(4..8)));
+        let version = Pin::of("version 17").unwrap();
+        let options = Pin::options(Some(&version), 0..1);
+        assert_eq!((options.version.as_deref(), options.if_match), (Some("17"), None));
+        assert_eq!(Pin::of(""), None);
+    }
+
+    /// A one-column Parquet file of `values`, as bytes.
+    fn parquet_bytes(values: &[i64]) -> Bytes {
+        use arrow::array::{ArrayRef, Int64Array};
+        let column = Arc::new(Int64Array::from(values.to_vec())) as ArrayRef;
+        let batch = arrow::record_batch::RecordBatch::try_from_iter([("id", column)]).unwrap();
+        let mut bytes = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        bytes.into()
+    }
+
+    #[test]
+    fn a_read_pinned_to_a_replaced_or_deleted_object_is_changed_never_its_new_bytes() {
+        use segpredict_storage::object_store::memory::InMemory;
+        use segpredict_storage::object_store::ObjectStoreExt;
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = ObjectPath::from("in/a.parquet");
+        let bytes = parquet_bytes(&[1, 2, 3]);
+        let size = bytes.len() as u64;
+        block_on(store.put(&path, bytes.clone().into())).unwrap();
+        let etag = block_on(store.head(&path)).unwrap().e_tag.unwrap();
+        let pin = Pin::of(&etag);
+        let (metadata, _) = read_footer(&store, &path, pin.as_ref(), size).unwrap();
+        let file = RemoteFile {
+            store: store.clone(),
+            path: path.clone(),
+            size,
+            pin,
+            metadata,
+            roots: vec![0],
+        };
+        assert!(fetch_blocking(&file, 0).is_ok());
+        // The same bytes uploaded again: another object all the same.
+        block_on(store.put(&path, bytes.into())).unwrap();
+        let replaced = fetch_blocking(&file, 0).unwrap_err();
+        assert!(matches!(replaced, RemoteError::Changed(_)), "{replaced:?}");
+        assert!(matches!(
+            read_footer(&store, &path, file.pin.as_ref(), size),
+            Err(RemoteError::Changed(_))
+        ));
+        block_on(store.delete(&path)).unwrap();
+        let deleted = fetch_blocking(&file, 0).unwrap_err();
+        assert!(matches!(deleted, RemoteError::Changed(_)), "{deleted:?}");
     }
 
     #[test]

@@ -41,8 +41,8 @@ pub struct SegmentCounts {
 pub fn survey_files(path: &Path) -> Result<Vec<FileSurvey>, ReaderError> {
     discover::input_files(path)?
         .into_iter()
-        .map(|file| {
-            let (metadata, _, _) = read_footer(&file)?;
+        .map(|mut file| {
+            let (metadata, _, _) = read_footer(&mut file)?;
             Ok(FileSurvey {
                 rows: u64::try_from(metadata.metadata().file_metadata().num_rows()).unwrap_or(0),
                 row_groups: metadata.metadata().num_row_groups(),
@@ -93,13 +93,13 @@ fn scan_column(
     column: &str,
     mut visit: impl FnMut(&ArrayRef) -> Result<(), ArrowError>,
 ) -> Result<(), ReaderError> {
-    let file = discover::input_files(path)?
+    let mut file = discover::input_files(path)?
         .into_iter()
         .next()
         .ok_or_else(|| ReaderError::Missing {
             path: path.to_path_buf(),
         })?;
-    let (metadata, _, object) = read_footer(&file)?;
+    let (metadata, _, object) = read_footer(&mut file)?;
     let root = segments_root(metadata.schema(), path, column)?;
     // A local file is opened once, its footer (read above) not parsed again.
     let source = match object {
@@ -108,6 +108,7 @@ fn scan_column(
             store,
             path: key,
             size: file.size_bytes,
+            pin: crate::remote::Pin::of(&file.version),
             metadata: metadata.clone(),
             roots: vec![root],
         }),

@@ -5,16 +5,109 @@
 //! or with `on_bad_file = "skip"` its rows rejected for good, where a rerun
 //! would have read them.
 
+//!
+//! A local input is also checked to be the file the plan recorded: when a
+//! unit opens it and before each chunk of its rows is sent ([`Opened`]).
+
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::errors::{ParquetError, Result};
 use parquet::file::reader::{ChunkReader, Length};
+use segpredict_core::message::InputFile;
 
 use crate::ReaderError;
+
+/// A local input opened for one unit, with what the plan recorded of it.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    path: PathBuf,
+    /// The same open file as the reader's, for `fstat`.
+    file: File,
+    recorded: (u64, Option<std::time::SystemTime>, String),
+    watch: Watch,
+}
+
+/// Opens `input` to decode its units with the footer the plan read
+/// (`footer`); a file that is no longer the one recorded (another size,
+/// modification time, inode or change time) is [`ReaderError::Changed`].
+pub(crate) fn open_local(
+    input: &InputFile,
+    footer: &ArrowReaderMetadata,
+) -> std::result::Result<(ParquetRecordBatchReaderBuilder<WatchedFile>, Opened), ReaderError> {
+    let path = &input.path;
+    let io_error = |source| ReaderError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = File::open(path).map_err(io_error)?;
+    let (watched, watch) = WatchedFile::new(file.try_clone().map_err(io_error)?);
+    let opened = Opened {
+        path: path.clone(),
+        file,
+        recorded: (input.size_bytes, input.modified, input.version.clone()),
+        watch,
+    };
+    opened.check()?;
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(watched, footer.clone());
+    Ok((builder, opened))
+}
+
+impl Opened {
+    /// Whether the open file is still the one the plan recorded.
+    pub(crate) fn check(&self) -> std::result::Result<(), ReaderError> {
+        let now = self.file.metadata().map_err(|source| ReaderError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        match changes(&self.recorded, &now) {
+            None => Ok(()),
+            Some(how) => Err(ReaderError::Changed {
+                path: self.path.clone(),
+                how,
+            }),
+        }
+    }
+
+    /// `error` as what it was: the file changed under the read (the read
+    /// failing then is no fault of the file's content or the disk), else as
+    /// [`Watch::explain`] tells it.
+    pub(crate) fn explain(&self, error: ReaderError) -> ReaderError {
+        match self.check() {
+            Err(changed @ ReaderError::Changed { .. }) => changed,
+            _ => self.watch.explain(&self.path, error),
+        }
+    }
+}
+
+/// What differs between the recorded identity and the file now, or `None`.
+fn changes(
+    recorded: &(u64, Option<std::time::SystemTime>, String),
+    now: &std::fs::Metadata,
+) -> Option<String> {
+    let (size, modified, identity) = recorded;
+    let mut out = Vec::new();
+    if *size != now.len() {
+        out.push(format!("size {size} -> {} bytes", now.len()));
+    }
+    if *modified != now.modified().ok() {
+        out.push("modification time changed".to_string());
+    }
+    let was = segpredict_storage::parse_file_identity(identity);
+    let is = segpredict_storage::parse_file_identity(&segpredict_storage::file_identity(now));
+    match (was, is) {
+        (Some((a, _)), Some((b, _))) if a != b => {
+            out.push(format!("inode {a} -> {b}: another file under its name"))
+        }
+        (Some((_, a)), Some((_, b))) if a != b => out.push("change time (ctime) changed".into()),
+        _ => {}
+    }
+    (!out.is_empty()).then(|| out.join(", "))
+}
 
 /// The first I/O error met by the reads of one [`WatchedFile`].
 #[derive(Debug, Clone, Default)]
@@ -174,5 +267,33 @@ mod tests {
         };
         let explained = watch.explain(Path::new("in.parquet"), corrupt);
         assert!(matches!(explained, ReaderError::Decode { .. }));
+    }
+
+    #[test]
+    fn a_file_truncated_rewritten_or_swapped_is_changed_and_one_left_alone_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.parquet");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let recorded = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            (m.len(), m.modified().ok(), segpredict_storage::file_identity(&m))
+        };
+        let was = recorded(&path);
+        let now = || std::fs::metadata(&path).unwrap();
+        assert_eq!(changes(&was, &now()), None);
+        // Same bytes, the mtime put back: only the change time tells.
+        let mtime = now().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, b"0123456789").unwrap();
+        File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+        assert_eq!(changes(&was, &now()).as_deref(), Some("change time (ctime) changed"));
+        // Another file of the same size renamed over it.
+        let other = dir.path().join("other.parquet");
+        std::fs::write(&other, b"abcdefghij").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let how = changes(&was, &now()).unwrap();
+        assert!(how.contains("inode") && !how.contains("size"), "{how}");
+        std::fs::write(&path, b"01234").unwrap();
+        assert!(changes(&was, &now()).unwrap().contains("size 10 -> 5 bytes"));
     }
 }

@@ -16,6 +16,12 @@ static REQUESTS: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 static BYTES_READ: AtomicU64 = AtomicU64::new(0);
 static BYTES_WRITTEN: AtomicU64 = AtomicU64::new(0);
+static REFETCHED_RANGES: AtomicU64 = AtomicU64::new(0);
+
+/// An input range that did not decode was fetched again and then decoded.
+pub fn count_refetched_range() {
+    count(&REFETCHED_RANGES, 1);
+}
 
 /// Requests since the process started.
 pub fn requests() -> StoreRequests {
@@ -24,6 +30,7 @@ pub fn requests() -> StoreRequests {
         failed: FAILED.load(Ordering::Relaxed),
         bytes_read: BYTES_READ.load(Ordering::Relaxed),
         bytes_written: BYTES_WRITTEN.load(Ordering::Relaxed),
+        refetched_ranges: REFETCHED_RANGES.load(Ordering::Relaxed),
     }
 }
 

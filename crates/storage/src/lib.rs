@@ -8,8 +8,10 @@
 //! Nothing here holds a secret in a name: a location is the URL as given,
 //! and credentials never leave the builders.
 
+mod answer;
 mod counting;
 mod list;
+mod retry;
 mod runtime;
 
 use segpredict_core::exit::{Classify, Failure};
@@ -21,28 +23,29 @@ use std::time::Duration;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, RetryConfig};
 
-pub use counting::requests;
+pub use counting::{count_refetched_range, requests};
+pub use retry::{retry_deadline, retry_for};
 pub use list::{is_glob, list_objects};
 pub use object_store;
 pub use runtime::{block_on, runtime};
 
-/// A location that is not usable, named.
+/// A location that is not usable, named. Each is one line: object_store's
+/// errors repeat their HTTP body at every level of their chain, so the
+/// store's error is kept (for its class) but shown as [`one_line`].
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     #[error("{location}: {reason}")]
     Url { location: String, reason: String },
-    #[error("{location}: connecting to the object store")]
+    #[error("{location}: connecting to the object store: {}", one_line(error))]
     Connect {
         location: String,
-        #[source]
-        source: object_store::Error,
+        error: object_store::Error,
     },
-    #[error("{op} {location}")]
+    #[error("{op} {location}: {}", one_line(error))]
     Request {
         op: &'static str,
         location: String,
-        #[source]
-        source: object_store::Error,
+        error: object_store::Error,
     },
 }
 
@@ -53,23 +56,91 @@ impl Classify for StorageError {
     fn failure(&self) -> Failure {
         match self {
             StorageError::Url { .. } | StorageError::Connect { .. } => Failure::Permanent,
-            StorageError::Request { source, .. } => Failure::permanent_if(is_permanent(source)),
+            StorageError::Request { error, .. } => Failure::permanent_if(is_permanent(error)),
         }
     }
 }
 
-/// An object_store error that another attempt will meet again.
+/// An object_store error that another attempt will meet again: a bad
+/// path or setting, refused credentials, and any other answer of the
+/// server that is the request's fault (4xx: a missing bucket or container,
+/// a bad bucket name) except those a later try can pass (408, 409, 412,
+/// 423, 429). An object's own `NotFound` is not here: whether a missing
+/// key is an error is the caller's to say.
 pub fn is_permanent(error: &object_store::Error) -> bool {
     use object_store::Error::*;
-    matches!(
-        error,
+    match error {
         InvalidPath { .. }
-            | NotSupported { .. }
-            | NotImplemented { .. }
-            | PermissionDenied { .. }
-            | Unauthenticated { .. }
-            | UnknownConfigurationKey { .. }
-    )
+        | NotSupported { .. }
+        | NotImplemented { .. }
+        | PermissionDenied { .. }
+        | Unauthenticated { .. }
+        | UnknownConfigurationKey { .. } => true,
+        NotFound { .. } => is_missing_bucket(error),
+        Generic { .. } => answer::Answer::of(error)
+            .and_then(|a| a.status)
+            .is_some_and(|s| (400..500).contains(&s) && ![408, 409, 412, 423, 429].contains(&s)),
+        _ => false,
+    }
+}
+
+/// Whether `error` says the bucket or container itself does not exist.
+pub fn is_missing_bucket(error: &object_store::Error) -> bool {
+    answer::Answer::of(error).is_some_and(|a| a.is_missing_bucket())
+}
+
+/// object_store's error as one line: the server's status, its error code
+/// and message (not the XML or JSON body, once per level of the chain),
+/// and the retries spent; or the transport's failure.
+pub fn one_line(error: &object_store::Error) -> String {
+    answer::one_line(error)
+}
+
+/// `error` as the `std::io::Error` a store's caller carries: a kind that
+/// says whether a retry can help (`NotFound`, `AlreadyExists`,
+/// `PermissionDenied`, `InvalidInput` for [`is_permanent`], a missing
+/// bucket included, else `Other`) and the message in [`one_line`], with no
+/// chain behind it to print the body again.
+pub fn io_error(error: &object_store::Error) -> std::io::Error {
+    use object_store::Error::*;
+    use std::io::ErrorKind;
+    let kind = match error {
+        e if is_missing_bucket(e) => ErrorKind::InvalidInput,
+        NotFound { .. } => ErrorKind::NotFound,
+        AlreadyExists { .. } => ErrorKind::AlreadyExists,
+        PermissionDenied { .. } | Unauthenticated { .. } => ErrorKind::PermissionDenied,
+        e if is_permanent(e) => ErrorKind::InvalidInput,
+        _ => ErrorKind::Other,
+    };
+    std::io::Error::new(kind, one_line(error))
+}
+
+/// What tells a local file from another with the same path, size and
+/// modification time: its inode and its change time (`ctime`, which the
+/// kernel sets on every write, rename or metadata change and which `touch`
+/// cannot set), as `inode 1234 ctime 1765062000123456789` (nanoseconds).
+/// A file swapped for another, or rewritten with its mtime put back, has
+/// another identity.
+pub fn file_identity(metadata: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let ctime_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
+    format!("inode {} ctime {ctime_ns}", metadata.ino())
+}
+
+/// `(inode, ctime in nanoseconds)` from [`file_identity`]'s text.
+pub fn parse_file_identity(text: &str) -> Option<(u64, i128)> {
+    let rest = text.strip_prefix("inode ")?;
+    let (inode, ctime) = rest.split_once(" ctime ")?;
+    Some((inode.parse().ok()?, ctime.parse().ok()?))
+}
+
+/// A local path as one spelling: absolute, with `.`, `..` and symbolic
+/// links resolved (`file://` stripped), so `./in`, `in/` and `/data/in`
+/// name one input. A path that does not exist is made absolute only.
+pub fn canonical_path(path: &std::path::Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    let path = text.strip_prefix("file://").map_or(path, std::path::Path::new);
+    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or(path.to_path_buf()))
 }
 
 /// A place: a local path, or a prefix in a bucket.
@@ -202,10 +273,13 @@ impl ObjectUrl {
 /// ([`configure`]), before the first connection.
 #[derive(Debug, Clone, Copy)]
 pub struct StorageSettings {
-    /// Retries of one request (5xx, 429, resets, timeouts) before the
-    /// operation fails, with exponential backoff and jitter.
-    pub max_retries: usize,
-    /// No retry starts later than this after the first try.
+    /// A cap on the retries of one request, if any: by default only
+    /// `retry_timeout` bounds them, so a burst of 503s or a short outage
+    /// is ridden out however many tries it takes.
+    pub max_retries: Option<usize>,
+    /// How long one request is retried (5xx, 429, resets, timeouts), with
+    /// exponential backoff and jitter: no retry starts later than this
+    /// after the first try. Also the bound of [`retry_for`].
     pub retry_timeout: Duration,
     /// How long a shard's lock in object storage outlives its holder's
     /// last heartbeat (renewed every third of it): after a kill -9 on
@@ -216,7 +290,7 @@ pub struct StorageSettings {
 impl Default for StorageSettings {
     fn default() -> Self {
         Self {
-            max_retries: 10,
+            max_retries: None,
             retry_timeout: Duration::from_secs(180),
             lock_lease: Duration::from_secs(60),
         }
@@ -239,13 +313,10 @@ pub fn settings() -> StorageSettings {
 fn retry_config() -> RetryConfig {
     let settings = settings();
     RetryConfig {
-        max_retries: settings.max_retries,
+        // Bounded by time, not by a count a burst of 503s uses up in seconds.
+        max_retries: settings.max_retries.unwrap_or(usize::MAX),
         retry_timeout: settings.retry_timeout,
-        backoff: object_store::BackoffConfig {
-            init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(10),
-            base: 2.0,
-        },
+        backoff: retry::backoff(),
     }
 }
 
@@ -257,9 +328,9 @@ fn connect(bucket_url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
     if let Some(client) = clients.get(bucket_url) {
         return Ok(client.clone());
     }
-    let client = build(bucket_url).map_err(|source| StorageError::Connect {
+    let client = build(bucket_url).map_err(|error| StorageError::Connect {
         location: bucket_url.to_string(),
-        source,
+        error,
     })?;
     clients.insert(bucket_url.to_string(), client.clone());
     Ok(client)

@@ -39,10 +39,10 @@ pub fn list_objects(url: &ObjectUrl) -> Result<Vec<ObjectMeta>, StorageError> {
     };
     let listing = url.store().list(Some(&ObjectPath::from(root.as_str())));
     let mut objects: Vec<ObjectMeta> =
-        block_on(listing.try_collect()).map_err(|source| StorageError::Request {
+        block_on(listing.try_collect()).map_err(|error| StorageError::Request {
             op: "listing",
             location: url.url(),
-            source,
+            error,
         })?;
     if let Some(matcher) = matcher {
         objects.retain(|o| matcher.matches_with(o.location.as_ref(), KEY_GLOB));
@@ -57,10 +57,10 @@ fn head(url: &ObjectUrl) -> Result<Option<ObjectMeta>, StorageError> {
     match block_on(url.store().head(&url.key(""))) {
         Ok(object) => Ok(Some(object)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(source) => Err(StorageError::Request {
+        Err(error) => Err(StorageError::Request {
             op: "looking up",
             location: url.url(),
-            source,
+            error,
         }),
     }
 }
