@@ -6,7 +6,7 @@ use std::io::Cursor;
 
 use image::codecs::png::PngDecoder;
 use image::codecs::webp::WebPDecoder;
-use image::ImageDecoder as _;
+use image::{ColorType, ImageDecoder as _};
 use zune_core::bytestream::ZCursor;
 use zune_core::options::DecoderOptions;
 
@@ -90,6 +90,34 @@ impl Opened<'_> {
     }
 }
 
+impl Opened<'_> {
+    /// The header, or why a run rejects the image from its header alone: a
+    /// side of 0, or PNG/WebP pixels that are not 8-bit gray, gray+alpha,
+    /// RGB or RGBA (16-bit PNG). `max_pixels` is the caller's.
+    pub fn checked_header(&self) -> Result<Header, ImageError> {
+        let header = self.header();
+        if header.width == 0 || header.height == 0 {
+            return Err(ImageError::NoPixels {
+                format: header.format,
+                width: header.width,
+                height: header.height,
+            });
+        }
+        let color = match self {
+            Opened::Png(d) => d.color_type(),
+            Opened::WebP(d) => d.color_type(),
+            Opened::Jpeg(_) => return Ok(header),
+        };
+        match color {
+            ColorType::L8 | ColorType::La8 | ColorType::Rgb8 | ColorType::Rgba8 => Ok(header),
+            other => Err(ImageError::NotEightBit {
+                format: header.format,
+                color: format!("{other:?}"),
+            }),
+        }
+    }
+}
+
 /// Opens the decoder for `bytes`' format and reads its header.
 pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
     let format = format_of(bytes)?;
@@ -116,9 +144,9 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
     }
 }
 
-/// The header alone (for `inspect`).
+/// The header alone, checked as a run checks it (for `inspect`).
 pub fn header(bytes: &[u8]) -> Result<Header, ImageError> {
-    crate::panics::catch(|| open(bytes).map(|o| o.header()))
+    crate::panics::catch(|| open(bytes).and_then(|o| o.checked_header()))
         .map_err(|p| ImageError::Panicked(p.0))?
 }
 
