@@ -1,8 +1,9 @@
 //! Pillow's `Image.resize`, by hand and to the bit (Pillow 13's
 //! `Image.resize`, `_resize` in `_imaging.c`, `libImaging/Resample.c` and
 //! `ImagingScaleAffine` in `Geometry.c`): the same box in C floats, the same
-//! coefficients in doubles normalized to 22-bit fixed point, the horizontal
-//! pass first (over the rows the vertical pass reads) then the vertical, the
+//! coefficients in doubles normalized to 22-bit fixed point, the same pass
+//! order (horizontal first, over only the rows the vertical pass reads,
+//! unless the height shrinks by more than twice what the width does), the
 //! same rounding and clipping; `nearest` as Pillow's affine scaling; RGBA
 //! premultiplied around a convolution as Pillow's `RGBa`. Pixel for pixel
 //! equal to Pillow on every filter (`tests::pillow_gives_the_same_pixels`).
@@ -20,7 +21,8 @@ const PRECISION_BITS: u32 = 22;
 /// A source box `(x0, y0, x1, y1)` as Python gives it to `Image.resize`.
 pub type SourceBox = (f64, f64, f64, f64);
 
-/// `Image.resize(size, filter, box)` on 8-bit gray, RGB or RGBA pixels.
+/// `Image.resize(size, filter, box)` on 8-bit gray, RGB or RGBA pixels
+/// (Pillow 13.0.0's, the version `tools/requirements*.txt` installs).
 pub fn resize(source: &Pixels, size: (u32, u32), filter: Filter, source_box: SourceBox) -> Pixels {
     let (w, h) = (f64::from(source.width), f64::from(source.height));
     if size == (source.width, source.height) && source_box == (0.0, 0.0, w, h) {
@@ -29,25 +31,10 @@ pub fn resize(source: &Pixels, size: (u32, u32), filter: Filter, source_box: Sou
     if source.channels == 4 && filter != Filter::Nearest {
         // RGBA -> RGBa, resized, -> RGBA.
         let premultiplied = map_pixels(source, premultiply);
-        return map_pixels(
-            &tall_or_not(&premultiplied, size, filter, source_box),
-            unpremultiply,
-        );
+        let resized = imaging_resize(&premultiplied, size, filter, source_box);
+        return map_pixels(&resized, unpremultiply);
     }
-    tall_or_not(source, size, filter, source_box)
-}
-
-/// A very tall image shrunk in height is resized vertically first, then
-/// horizontally (Image.resize's `size[1] > size[0] * 100` case).
-fn tall_or_not(source: &Pixels, size: (u32, u32), filter: Filter, b: SourceBox) -> Pixels {
-    let (width, height) = (source.width, source.height);
-    if u64::from(height) > u64::from(width) * 100 && size.1 < height {
-        let w = f64::from(width);
-        let first = imaging_resize(source, (width, size.1), filter, (0.0, b.1, w, b.3));
-        let y1 = f64::from(size.1);
-        return imaging_resize(&first, size, filter, (b.0, 0.0, b.2, y1));
-    }
-    imaging_resize(source, size, filter, b)
+    imaging_resize(source, size, filter, source_box)
 }
 
 /// `_imaging.c`'s `_resize`: the box in C floats; a whole-pixel box of the
@@ -265,25 +252,43 @@ fn clip8(sum: i32) -> u8 {
 
 const HALF: i32 = 1 << (PRECISION_BITS - 1);
 
-/// Resample.c's `ImagingResampleInner`: the horizontal pass over the rows
-/// the vertical pass reads, then the vertical pass.
+/// Resample.c's `ImagingResampleInner`: two passes, the horizontal first
+/// (over only the rows the vertical pass reads) unless the image's height
+/// shrinks by more than twice its width does, then the vertical first.
 fn resample(source: &Pixels, (xsize, ysize): (u32, u32), filter: Filter, bx: [f32; 4]) -> Pixels {
     let need_horizontal = xsize != source.width || bx[0] != 0.0 || bx[2] != xsize as f32;
     let need_vertical = ysize != source.height || bx[1] != 0.0 || bx[3] != ysize as f32;
+    // Pillow 13: the vertical pass first when the height shrinks by more
+    // than twice what the width does (in whole pixels of the image).
+    let (shrunk_h, shrunk_w) = (
+        i64::from(source.height) - i64::from(ysize),
+        i64::from(source.width) - i64::from(xsize),
+    );
+    let horizontal_first = !(shrunk_h > 0 && shrunk_h > shrunk_w * 2);
     let mut vertical = Coefficients::new(source.height, bx[1], bx[3], ysize, filter);
-    let first_row = vertical.bounds[0].0;
-    let last = vertical.bounds[ysize as usize - 1];
+    let horizontal = Coefficients::new(source.width, bx[0], bx[2], xsize, filter);
     let mut current = Cow::Borrowed(source);
-    if need_horizontal {
-        let horizontal = Coefficients::new(source.width, bx[0], bx[2], xsize, filter);
-        for bound in &mut vertical.bounds {
-            bound.0 -= first_row;
+    if horizontal_first {
+        if need_horizontal {
+            let first_row = vertical.bounds[0].0;
+            let last = vertical.bounds[ysize as usize - 1];
+            for bound in &mut vertical.bounds {
+                bound.0 -= first_row;
+            }
+            let rows = first_row..last.0 + last.1;
+            current = Cow::Owned(horizontal_pass(source, rows, &horizontal, xsize));
         }
-        let rows = first_row..last.0 + last.1;
-        current = Cow::Owned(horizontal_pass(source, rows, &horizontal, xsize));
-    }
-    if need_vertical {
-        return vertical_pass(&current, &vertical, ysize);
+        if need_vertical {
+            current = Cow::Owned(vertical_pass(&current, &vertical, ysize));
+        }
+    } else {
+        if need_vertical {
+            current = Cow::Owned(vertical_pass(source, &vertical, ysize));
+        }
+        if need_horizontal {
+            let rows = 0..current.height as usize;
+            current = Cow::Owned(horizontal_pass(&current, rows, &horizontal, xsize));
+        }
     }
     current.into_owned()
 }
@@ -412,7 +417,7 @@ with open(sys.argv[3], "wb") as out:
             _ => ExtendedColorType::Rgba8,
         };
         let mut pixels = noise(width as usize * height as usize * channels, seed);
-        if channels == 4 {
+        if channels == 4 && pixels.len() >= 8 {
             // Transparent and opaque pixels too (unpremultiplied as is).
             pixels[3] = 0;
             pixels[7] = 255;

@@ -67,14 +67,15 @@ fn hex_prefix(bytes: &[u8]) -> String {
 pub enum Opened<'a> {
     Png(Box<PngDecoder<Cursor<&'a [u8]>>>),
     Jpeg(Box<zune_jpeg::JpegDecoder<ZCursor<&'a [u8]>>>),
-    WebP(Box<WebPDecoder<Cursor<&'a [u8]>>>),
+    /// With the size its header says (`lossless_size`).
+    WebP(Box<WebPDecoder<Cursor<&'a [u8]>>>, (u32, u32)),
 }
 
 impl Opened<'_> {
     pub fn header(&self) -> Header {
         let (format, (width, height)) = match self {
             Opened::Png(d) => (Format::Png, d.dimensions()),
-            Opened::WebP(d) => (Format::WebP, d.dimensions()),
+            Opened::WebP(_, size) => (Format::WebP, *size),
             Opened::Jpeg(d) => {
                 let (w, h) = d.dimensions().unwrap_or((0, 0));
                 // JPEG sides are 16-bit, so they fit.
@@ -105,7 +106,7 @@ impl Opened<'_> {
         }
         let color = match self {
             Opened::Png(d) => d.color_type(),
-            Opened::WebP(d) => d.color_type(),
+            Opened::WebP(d, _) => d.color_type(),
             Opened::Jpeg(_) => return Ok(header),
         };
         match color {
@@ -127,7 +128,10 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
             .map(|d| Opened::Png(Box::new(d)))
             .map_err(|e| failed(Box::new(e))),
         Format::WebP => WebPDecoder::new(Cursor::new(bytes))
-            .map(|d| Opened::WebP(Box::new(d)))
+            .map(|d| {
+                let size = lossless_size(bytes).unwrap_or(d.dimensions());
+                Opened::WebP(Box::new(d), size)
+            })
             .map_err(|e| failed(Box::new(e))),
         Format::Jpeg => {
             // Lenient, as libjpeg is: a missing end marker or padding is
@@ -142,6 +146,15 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
             Ok(Opened::Jpeg(Box::new(decoder)))
         }
     }
+}
+
+/// A simple lossless WebP's size from its VP8L header: 14 bits a side,
+/// each the side minus one. image-webp 0.2 adds the one before masking, so
+/// it reads a side of 16384 (a forged bomb's favourite) as 0.
+fn lossless_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let is_vp8l = bytes.get(12..16) == Some(b"VP8L") && bytes.get(20) == Some(&0x2f);
+    let bits = u32::from_le_bytes(bytes.get(21..25)?.try_into().ok()?);
+    is_vp8l.then(|| (1 + (bits & 0x3fff), 1 + ((bits >> 14) & 0x3fff)))
 }
 
 /// The header alone, checked as a run checks it (for `inspect`).
