@@ -139,13 +139,21 @@ fn reached(
     };
     let (row, column, name) = at;
     let mut todo = Vec::new();
+    // Below the name, past its description (text or blanks), the first
+    // piece of line in each of its columns: one that comes from above
+    // starts a line of the name's.
     for c in column..column + name.chars().count() {
-        let mut r = row + 1;
-        while cell(r, c).is_some_and(|ch| ch != ' ' && !"│┴└┘─┌┐┬".contains(ch)) {
-            r += 1;
-        }
-        if cell(r, c).is_some_and(|ch| "│┴└┘".contains(ch)) {
-            todo.push((r, c, Going::Down));
+        for r in row + 1..rows.len() {
+            let ch = cell(r, c).unwrap_or(' ');
+            if name_at(r, c).is_some() {
+                break;
+            }
+            if "│┴└┘─┌┐┬".contains(ch) {
+                if "│┴└┘".contains(ch) {
+                    todo.push((r, c, Going::Down));
+                }
+                break;
+            }
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -700,7 +708,7 @@ fn the_import_check_sees_imports() {
         "    let x = crate::panics::catch(|| 1);",
         &module(&["image"]),
     );
-    assert_eq!(named, [module(&["panics"])]);
+    assert_eq!(named, [module(&["panics", "catch"])]);
     let named = named_modules("use super::super::plan::Plan;", &module(&["a", "b"]));
     assert_eq!(named, [module(&["plan"])]);
     let joined = statements("use crate::{\n    a::X, // x\n    b,\n};\nfn f() {}");

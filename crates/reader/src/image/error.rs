@@ -1,7 +1,7 @@
 //! Why an image is not a segment (its row's `bad_image` reason, the
 //! decoder's own words kept), and why image settings do not fit the shape.
 
-use super::sniff::Format;
+use super::format::Format;
 
 /// A decoder's or resizer's own error, kept whole.
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;

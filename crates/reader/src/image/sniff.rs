@@ -11,24 +11,7 @@ use zune_core::bytestream::ZCursor;
 use zune_core::options::DecoderOptions;
 
 use super::error::{Cause, ImageError};
-
-/// The encodings decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Format {
-    Png,
-    Jpeg,
-    WebP,
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Format::Png => "PNG",
-            Format::Jpeg => "JPEG",
-            Format::WebP => "WebP",
-        })
-    }
-}
+pub use super::format::Format;
 
 /// What the header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
