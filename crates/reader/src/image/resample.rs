@@ -305,18 +305,30 @@ fn horizontal_pass(
     let row = xsize as usize * channels;
     for (y, line) in out.data.chunks_exact_mut(row).enumerate() {
         let input = &source.data[(rows.start + y) * source_row..][..source_row];
-        for (xx, pixel) in line.chunks_exact_mut(channels).enumerate() {
-            let (first, k) = coefficients.of(xx);
-            for (c, value) in pixel.iter_mut().enumerate() {
-                let mut sum = HALF;
-                for (x, weight) in k.iter().enumerate() {
-                    sum += i32::from(input[(first + x) * channels + c]) * weight;
-                }
-                *value = clip8(sum);
-            }
+        match channels {
+            1 => horizontal_row::<1>(input, line, coefficients),
+            3 => horizontal_row::<3>(input, line, coefficients),
+            _ => horizontal_row::<4>(input, line, coefficients),
         }
     }
     out
+}
+
+/// One row of the horizontal pass, `C` channels a pixel.
+fn horizontal_row<const C: usize>(input: &[u8], line: &mut [u8], coefficients: &Coefficients) {
+    for (xx, pixel) in line.chunks_exact_mut(C).enumerate() {
+        let (first, k) = coefficients.of(xx);
+        let read = &input[first * C..(first + k.len()) * C];
+        let mut sums = [HALF; C];
+        for (from, weight) in read.chunks_exact(C).zip(k) {
+            for (sum, &value) in sums.iter_mut().zip(from) {
+                *sum += i32::from(value) * weight;
+            }
+        }
+        for (value, sum) in pixel.iter_mut().zip(sums) {
+            *value = clip8(sum);
+        }
+    }
 }
 
 fn vertical_pass(source: &Pixels, coefficients: &Coefficients, ysize: u32) -> Pixels {
