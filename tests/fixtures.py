@@ -424,8 +424,98 @@ def cmd_webp(a, t):
     pq.write_table(with_segments(t, pa.array(items, type=pa.binary())), a.out)
 
 
+def sixteen_bit_png() -> bytes:
+    """An 8x8 16-bit gray PNG (which a run rejects: only 8-bit is decoded)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).save(out, format="PNG")
+    return out.getvalue()
+
+
+def forged_webp(side: int) -> bytes:
+    """A lossless 8x8 WebP whose VP8L header says side x side (14 bits a
+    side: up to 16384): a decompression bomb's header."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (8, 8), 128).save(out, format="WEBP", lossless=True)
+    data = bytearray(out.getvalue())
+    at = data.index(b"VP8L") + 8  # the chunk's payload: signature 0x2f, then the size bits
+    bits = int.from_bytes(data[at + 1 : at + 5], "little")
+    bits = (bits & ~((1 << 28) - 1)) | (side - 1) | ((side - 1) << 14)
+    data[at + 1 : at + 5] = bits.to_bytes(4, "little")
+    return bytes(data)
+
+
+def cmyk_jpeg(png: bytes) -> bytes:
+    """The PNG's digit as a CMYK JPEG (Adobe), which Pillow and a run decode."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").convert("CMYK").save(out, format="JPEG", quality=100)
+    return out.getvalue()
+
+
+def jpeg_without_end(png: bytes) -> bytes:
+    """The PNG's digit as a JPEG whose end marker (FF D9) is cut off."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).save(out, format="JPEG", quality=100)
+    data = out.getvalue()
+    assert data.endswith(b"\xff\xd9")
+    return data[:-2]
+
+
+def crc_broken(png: bytes) -> bytes:
+    """The PNG with its IDAT chunk's CRC wrong."""
+    at = png.index(b"IDAT")
+    length = int.from_bytes(png[at - 4 : at], "big")
+    crc = at + 4 + length
+    return png[:crc] + bytes(b ^ 0xFF for b in png[crc : crc + 4]) + png[crc + 4 :]
+
+
+# Row -> (segment, what) of `odd-images` (tests/images.rs): what a run
+# rejects (16-bit, a forged size, a broken CRC) and what it decodes (CMYK, no
+# end marker), on the PNG image sample.
+ODD_IMAGES = {
+    5: (0, "16-bit"),
+    15: (1, "forged-webp"),
+    25: (0, "crc"),
+    35: (1, "cmyk"),
+    45: (0, "no-end-marker"),
+}
+
+
+def cmd_odd_images(a, t):
+    col = t.column("segments").combine_chunks()
+    offsets = col.offsets.to_numpy()
+    items = col.values.to_pylist()
+    for row, (segment, what) in ODD_IMAGES.items():
+        k = offsets[row] + segment
+        items[k] = {
+            "16-bit": lambda png: sixteen_bit_png(),
+            "forged-webp": lambda png: forged_webp(16384),
+            "crc": crc_broken,
+            "cmyk": cmyk_jpeg,
+            "no-end-marker": jpeg_without_end,
+        }[what](items[k])
+    segments = pa.ListArray.from_arrays(col.offsets, pa.array(items, type=pa.binary()))
+    pq.write_table(replace(t, "segments", segments), a.out)
+
+
 COMMANDS = {
     "bad-images": cmd_bad_images,
+    "odd-images": cmd_odd_images,
     "webp": cmd_webp,
     "subset": cmd_subset,
     "rowgroups": cmd_rowgroups,

@@ -224,11 +224,92 @@ fn inspect_shows_the_images_formats_sizes_and_what_the_resize_does() {
     bad.expect_code(0);
     for says in [
         "8360 images: PNG 8358",
-        "2 image(s) whose header does not read: a run rejects their rows (bad_image), e.g. is empty (0 bytes)",
+        "2 image(s) a run rejects by their header (bad_image), e.g. is empty (0 bytes)",
+        "1 image(s) over max_pixels = 1048576: a run rejects their rows (bad_image)",
         "100000x100000         1  #  over max_pixels: a run rejects these rows (bad_image)",
         "8x8      8357  ########################################  copied as it is",
     ] {
         assert!(bad.stdout.contains(says), "no {says:?} in:\n{}", bad.stdout);
+    }
+}
+
+/// What `tests/fixtures.py odd-images` puts in the PNG sample's first 200
+/// rows: rejected (row, segment, words of the reason), then decoded.
+const ODD_REJECTED: [(i64, usize, &str); 3] = [
+    (
+        5,
+        0,
+        "PNG: L16 pixels: only 8-bit gray, gray+alpha, RGB and RGBA images are decoded",
+    ),
+    (
+        15,
+        1,
+        "WebP of 16384x16384 is 268435456 pixels, more than max_pixels = 1048576",
+    ),
+    (25, 0, "IDAT"),
+];
+/// A CMYK JPEG and a JPEG without its end marker: decoded, as Pillow does.
+const ODD_DECODED: [i64; 2] = [35, 45];
+
+#[test]
+fn inspect_counts_what_a_run_rejects_and_reasons_are_one_clean_line() {
+    let dir = tmp();
+    let input = dir.path().join("odd-images.parquet");
+    fixture(
+        "odd-images",
+        &image_sample("png"),
+        &input,
+        &["--rows", "200"],
+    );
+    let png = image_pipeline("png");
+    let mut command = Command::new(bin());
+    command
+        .arg("inspect")
+        .arg(&input)
+        .arg("--pipeline")
+        .arg(&png);
+    let inspect = run_command(&mut command, dir.path());
+    inspect.expect_code(0);
+    for says in [
+        "images: JPEG 2, PNG ",
+        ", WebP 1",
+        "1 image(s) a run rejects by their header (bad_image), e.g. PNG: L16 pixels",
+        "1 image(s) over max_pixels = 1048576: a run rejects their rows (bad_image)",
+        "16384x16384         1  #  over max_pixels: a run rejects these rows (bad_image)",
+    ] {
+        assert!(
+            inspect.stdout.contains(says),
+            "no {says:?} in:\n{}",
+            inspect.stdout
+        );
+    }
+    assert!(!inspect.stdout.contains("xinf"), "{}", inspect.stdout);
+    let out = dir.path().join("out");
+    let args = ["--max-reject-fraction", "0.05"];
+    run_image_pipeline("png", &input, &out, &args).expect_code(0);
+    let rejects = read_rejects(&out);
+    let rows: Vec<i64> = rejects.iter().map(|r| r.source_row).collect();
+    assert_eq!(rows, ODD_REJECTED.map(|(row, _, _)| row), "{rejects:?}");
+    for (reject, (_, segment, says)) in rejects.iter().zip(ODD_REJECTED) {
+        let named = format!("segment {segment}: ");
+        assert!(
+            reject.reason.starts_with(&named) && reject.reason.contains(says),
+            "{reject:?}: {says:?}"
+        );
+        let clean = !reject.reason.contains('\n') && !reject.reason.contains(" { ");
+        assert!(
+            clean && reject.reason == reject.reason.trim(),
+            "{:?}",
+            reject.reason
+        );
+    }
+    let output = read_output(&out);
+    assert_eq!(output.len(), 200 - ODD_REJECTED.len());
+    for row in ODD_DECODED {
+        assert!(
+            output.iter().any(|r| r.source_row == row),
+            "row {row} predicted"
+        );
     }
 }
 

@@ -13,7 +13,7 @@ The file sets (written under target/bench-images/, not committed):
 Contenders, each on one thread, each giving 8-bit [C, H, W] arrays:
   segpredict   crates/reader/examples/decode_images.rs (the run's ImageDecoder)
   image-crate  the same example, `--variant image-crate`: image::load_from_memory +
-               imageops::resize (Triangle), the alternative to zune-jpeg + fast_image_resize
+               imageops::resize (Triangle), the alternative to zune-jpeg + segpredict's resize
   pillow       Image.open, convert, resize as tools/image_reference.py (segpredict's geometry),
                to a u8 [C, H, W] array
   torchvision  torchvision.io.decode_jpeg / decode_png, then v2 resize (bilinear, antialias;

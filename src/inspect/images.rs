@@ -8,7 +8,7 @@ use segpredict_core::exit::{Error, Failure, Result};
 
 use crate::config::PipelineConfig;
 use segpredict_reader::image::survey::{can_hold_images, describe_resize, ImageSurvey};
-use segpredict_reader::image::{ImageInput, Target};
+use segpredict_reader::image::{ImageInput, Target, DEFAULT_MAX_PIXELS};
 use segpredict_reader::FileSurvey;
 
 /// Sizes listed one by one, the most common first.
@@ -50,15 +50,28 @@ pub fn describe_images(
         // Binary segments that are not images: raw values.
         return Ok(());
     }
-    describe_formats(column, survey, out);
-    describe_sizes(survey, configured, out);
+    // A run's limit: the pipeline's, else the default a run would use.
+    let max_pixels = configured.map_or(DEFAULT_MAX_PIXELS, |(input, _)| input.max_pixels);
+    describe_formats(column, survey, max_pixels, out);
+    describe_sizes(survey, configured, max_pixels, out);
     if configured.is_none() {
         out.push_str("  (decoded only with [readers.columns.segments.image] in the pipeline; pass --pipeline to see what its resize does)\n");
     }
     Ok(())
 }
 
-fn describe_formats(column: &str, survey: &ImageSurvey, out: &mut String) {
+/// Images whose header says more pixels than `max_pixels`.
+fn over(survey: &ImageSurvey, max_pixels: u64) -> u64 {
+    let pixels = |(w, h): &(u32, u32)| u64::from(*w) * u64::from(*h);
+    survey
+        .sizes
+        .iter()
+        .filter(|(size, _)| pixels(size) > max_pixels)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn describe_formats(column: &str, survey: &ImageSurvey, max_pixels: u64, out: &mut String) {
     let formats: Vec<String> = survey
         .formats
         .iter()
@@ -80,8 +93,15 @@ fn describe_formats(column: &str, survey: &ImageSurvey, out: &mut String) {
     if let Some(why) = &survey.first_unreadable {
         let _ = writeln!(
             out,
-            "  {} image(s) whose header does not read: a run rejects their rows (bad_image), e.g. {why}",
+            "  {} image(s) a run rejects by their header (bad_image), e.g. {why}",
             survey.unreadable
+        );
+    }
+    let over = over(survey, max_pixels);
+    if over > 0 {
+        let _ = writeln!(
+            out,
+            "  {over} image(s) over max_pixels = {max_pixels}: a run rejects their rows (bad_image)"
         );
     }
 }
@@ -89,6 +109,7 @@ fn describe_formats(column: &str, survey: &ImageSurvey, out: &mut String) {
 fn describe_sizes(
     survey: &ImageSurvey,
     configured: Option<(&ImageInput, Target)>,
+    max_pixels: u64,
     out: &mut String,
 ) {
     let mut sizes: Vec<(&(u32, u32), &u64)> = survey.sizes.iter().collect();
@@ -113,7 +134,7 @@ fn describe_sizes(
         let size = format!("{width}x{height}");
         let _ = write!(out, "  {size:>13} {n:>9}  {bar}");
         match configured {
-            Some((input, _)) if u64::from(width) * u64::from(height) > input.max_pixels => {
+            _ if u64::from(width) * u64::from(height) > max_pixels => {
                 let _ = write!(
                     out,
                     "  over max_pixels: a run rejects these rows (bad_image)"

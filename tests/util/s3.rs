@@ -946,24 +946,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `YYYYMMDDTHHMMSSZ` for seconds since the epoch (UTC; the civil-from-days
-/// algorithm, so no date crate is needed).
+/// `YYYYMMDDTHHMMSSZ` for seconds since the epoch (UTC).
 pub fn amz_date(epoch_seconds: u64) -> String {
-    let days = (epoch_seconds / 86_400) as i64;
-    let secs = epoch_seconds % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    let seconds = i64::try_from(epoch_seconds).expect("a date before the year 292 billion");
+    chrono::DateTime::from_timestamp(seconds, 0)
+        .expect("a date chrono can represent")
+        .format("%Y%m%dT%H%M%SZ")
+        .to_string()
 }

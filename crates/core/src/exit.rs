@@ -116,7 +116,7 @@ pub fn completed(rows_rejected: u64, rows_in: u64, max_fraction: f64) -> Outcome
 /// types that implement it, so an error type without a class is a compile
 /// error, never a silent default.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// use segpredict_core::exit::Result;
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("a new error")]

@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod done;
 pub mod exit;
 pub mod message;
+pub mod record;
 pub mod requests;
 pub mod shard;
 pub mod stats;

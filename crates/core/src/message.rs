@@ -2,6 +2,9 @@
 //! only these types, sent over bounded crossbeam channels.
 
 use crate::stats::{BatchTotals, MemoryTrack, PlotSample};
+// What one batch measured lives in `record` (which `stats` sums) and is
+// re-exported here, so `stats` and `message` do not import each other.
+pub use crate::record::{BatchRecord, FlushReason, MemoryStats};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -304,60 +307,6 @@ pub enum BatchingStrategy {
     Rows,
 }
 
-/// Why a batch left its bucket, or how the model worker made it; the
-/// report's `flush_reason` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FlushReason {
-    /// The bucket hit the segment budget, or the next row would have passed it.
-    BudgetReached,
-    /// The bucket hit `max_rows`.
-    RowCapReached,
-    /// Too many rows were held overall; the bucket with the most segments left early.
-    MemoryBound,
-    /// Input ended; whatever was held left.
-    EndOfInput,
-    /// A single row over the budget, sent alone.
-    Oversized,
-    /// Half of a batch split after an out-of-memory.
-    OomSplit,
-    /// A lone row retried without its padding after an out-of-memory.
-    OomUnpadded,
-    /// A synthetic batch measuring memory (`max_segments = "auto"`).
-    Calibration,
-}
-
-impl FlushReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlushReason::BudgetReached => "budget_reached",
-            FlushReason::RowCapReached => "row_cap_reached",
-            FlushReason::MemoryBound => "memory_bound",
-            FlushReason::EndOfInput => "end_of_input",
-            FlushReason::Oversized => "oversized",
-            FlushReason::OomSplit => "oom_split",
-            FlushReason::OomUnpadded => "oom_unpadded",
-            FlushReason::Calibration => "calibration",
-        }
-    }
-
-    /// The reason [`Self::as_str`] names, as batch files store it.
-    pub fn parse(name: &str) -> Option<Self> {
-        [
-            FlushReason::BudgetReached,
-            FlushReason::RowCapReached,
-            FlushReason::MemoryBound,
-            FlushReason::EndOfInput,
-            FlushReason::Oversized,
-            FlushReason::OomSplit,
-            FlushReason::OomUnpadded,
-            FlushReason::Calibration,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == name)
-    }
-}
-
 /// Bucketing -> model worker: a batch whose segments are concatenated in row
 /// order and zero-padded up to `padded_segments`.
 #[derive(Debug)]
@@ -403,9 +352,9 @@ pub struct ReaderStats {
     pub busy: std::time::Duration,
     /// Segments of the rows decoded (rejected rows' segments included).
     pub segments: u64,
-    /// Decode-pool thread time spent turning rows into segment bytes
-    /// (Arrow values copied, or images decoded and resized), summed over
-    /// the pool's threads: a CPU cost, not a wall time.
+    /// Decode-pool CPU time spent turning rows into segment bytes (Arrow
+    /// values copied, or images decoded and resized): each thread's own
+    /// clock (`CLOCK_THREAD_CPUTIME_ID`), summed over the pool's threads.
     pub decode_busy: std::time::Duration,
 }
 
@@ -421,51 +370,6 @@ pub struct BucketingReport {
     pub size_classes: Vec<usize>,
     /// Time spent planning and laying out batches, not waiting on channels.
     pub busy: std::time::Duration,
-}
-
-/// Device memory after one batch, in bytes; peaks are since the previous batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryStats {
-    pub allocated: i64,
-    pub allocated_peak: i64,
-    pub reserved: i64,
-    pub reserved_peak: i64,
-    pub inactive_split: i64,
-    pub alloc_retries: i64,
-    pub ooms: i64,
-    pub device_free: i64,
-    pub device_total: i64,
-}
-
-/// What the model worker measured of one forward pass. Records are not
-/// kept: each goes to the writers' batch files (`_batches.parquet` once
-/// the run is committed), and the worker keeps only [`BatchTotals`],
-/// [`MemoryTrack`] and a [`PlotSample`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct BatchRecord {
-    pub seq: u64,
-    pub rows: usize,
-    pub segments: usize,
-    pub padded_segments: usize,
-    pub flush_reason: FlushReason,
-    /// Milliseconds from the run's start to the host starting to queue the
-    /// batch; the first batch's is the run's start-up.
-    pub queued_at_ms: f64,
-    /// Host milliseconds spent queueing the batch (statistics reset, upload,
-    /// the model's own host work and any synchronisation inside it).
-    pub launch_ms: f64,
-    /// Milliseconds from the run's start to the batch's answers on the host.
-    pub done_at_ms: f64,
-    /// Host wall time from queueing the batch to its answers on the host
-    /// (it overlaps the next batch's queueing).
-    pub wall_ms: f64,
-    /// Device time from the batch's first queued operation to its answers
-    /// reaching the host; `None` on CPU.
-    pub device_ms: Option<f64>,
-    /// 0 for a batch as planned; k for a piece split k times after an out-of-memory.
-    pub split_depth: u32,
-    /// `None` on CPU (not zero): there is no caching allocator to read.
-    pub memory: Option<MemoryStats>,
 }
 
 /// What the run has done so far, for the progress display and live

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::message::{BatchRecord, FlushReason, MemoryStats};
+use crate::record::{BatchRecord, FlushReason, MemoryStats};
 
 /// Smallest value a [`LogHistogram`] tells apart from zero, in ms.
 const HISTOGRAM_MIN_MS: f64 = 1e-3;

@@ -65,7 +65,7 @@ fn parse() -> Result<Args, Failure> {
 }
 
 /// The `image` crate alone: decode to 8-bit, convert, resize (its own
-/// resampling), as a user without fast_image_resize or zune-jpeg would.
+/// resampling), as a user without segpredict's resize or zune-jpeg would.
 fn image_crate(bytes: &[u8], shape: &[usize], filter: image::imageops::FilterType) -> usize {
     let decoded = image::load_from_memory(bytes).expect("the benchmark's files decode");
     let (w, h) = (shape[2] as u32, shape[1] as u32);

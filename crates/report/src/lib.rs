@@ -98,7 +98,8 @@ pub struct RunReport {
     pub segments_per_s: f64,
     pub busy_s: StageBusy,
     /// The readers' cost per segment read, in microseconds of decode-pool
-    /// thread time: how many cores decoding takes at a given rate (an
+    /// CPU time (each thread's `CLOCK_THREAD_CPUTIME_ID`, not its wall
+    /// time): how many cores decoding takes at a given rate (an
     /// encoded image costs its decode and resize). Absent when no segment
     /// was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,7 +197,7 @@ fn strategy_as_written(s: BatchingStrategy) -> &'static str {
 #[serde(default)]
 pub struct StageBusy {
     pub readers: f64,
-    /// The decode pool's thread time (summed over its threads), within the
+    /// The decode pool's CPU time (summed over its threads), within the
     /// readers' time: Arrow values to segment bytes, images decoded and
     /// resized.
     pub decode: f64,

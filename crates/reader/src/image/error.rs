@@ -1,7 +1,7 @@
 //! Why an image is not a segment (its row's `bad_image` reason, the
 //! decoder's own words kept), and why image settings do not fit the shape.
 
-use super::sniff::Format;
+use super::format::Format;
 
 /// A decoder's or resizer's own error, kept whole.
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
@@ -14,11 +14,17 @@ pub enum ImageError {
     Empty,
     #[error("is not PNG, JPEG or WebP ({len} bytes starting {start})")]
     UnknownFormat { len: usize, start: String },
-    #[error("{format} header: {source}")]
+    #[error("{format} header: {}", one_line(&source.to_string()))]
     Header {
         format: Format,
         #[source]
         source: Cause,
+    },
+    #[error("{format} header says {width}x{height}: an image without pixels")]
+    NoPixels {
+        format: Format,
+        width: u32,
+        height: u32,
     },
     #[error(
         "{format} of {width}x{height} is {pixels} pixels, more than max_pixels = {max_pixels}"
@@ -34,7 +40,7 @@ pub enum ImageError {
         "{format}: {color} pixels: only 8-bit gray, gray+alpha, RGB and RGBA images are decoded"
     )]
     NotEightBit { format: Format, color: String },
-    #[error("{format}: {source}")]
+    #[error("{format}: {}", one_line(&source.to_string()))]
     Decode {
         format: Format,
         #[source]
@@ -48,11 +54,29 @@ pub enum ImageError {
         height: u32,
         expected: usize,
     },
-    #[error("resizing: {0}")]
-    Resize(#[source] Cause),
     /// A decoder panicked on these bytes; caught, so only this row is lost.
-    #[error("the decoder panicked: {0}")]
+    #[error("the decoder panicked: {}", one_line(.0))]
     Panicked(String),
+}
+
+/// A decoder's message as one clean line: whitespace (newlines included)
+/// collapsed, and the `png` crate's `ChunkType { type: IDAT, critical: .. }`
+/// (a Debug dump) written as the chunk's name.
+pub fn one_line(message: &str) -> String {
+    let mut text = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    while let Some(start) = text.find("ChunkType {") {
+        let Some(len) = text[start..].find('}') else {
+            break;
+        };
+        let dump = &text[start..start + len + 1];
+        let name = dump
+            .split_once("type: ")
+            .and_then(|(_, rest)| rest.split([',', ' ', '}']).next())
+            .unwrap_or("?")
+            .to_string();
+        text.replace_range(start..start + len + 1, &name);
+    }
+    text.trim_end_matches(['.', ':', ' ']).to_string()
 }
 
 /// Image settings that do not fit the segments' shape and dtype.

@@ -1,22 +1,12 @@
-//! Resizing to the target size with Pillow's convolution resampling
-//! (`fast_image_resize` implements Pillow's algorithm, in SIMD): `stretch`,
+//! Resizing to the target size as Pillow's `Image.resize` does
+//! (`resample`, to the bit): `stretch`,
 //! `fit` (scaled inside, padded, centered) and `crop` (scaled to cover, the
 //! source box centered). The geometry is one function, so the Python
 //! reference (`tools/image_reference.py`) and `inspect` compute the same.
 
-use std::cell::RefCell;
-
-use fast_image_resize::images::{Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-
-use super::error::ImageError;
 use super::pixels::Pixels;
-use super::{Filter, ImageInput, ResizeMode, Target};
-
-thread_local! {
-    /// Each decode thread keeps its resizer's scratch buffers.
-    static RESIZER: RefCell<Resizer> = RefCell::new(Resizer::new());
-}
+use super::resample;
+use super::{ImageInput, ResizeMode, Target};
 
 /// Where a source image lands in the target: the source box resampled
 /// (left, top, width, height, in source pixels, fractional for `crop`), and
@@ -42,7 +32,8 @@ impl Geometry {
             },
             ResizeMode::Fit => {
                 let scale = (tw / w).min(th / h);
-                let side = |n: f64, max: u32| ((n * scale).round() as u32).clamp(1, max);
+                // Python's `round`: half to even.
+                let side = |n: f64, max: u32| ((n * scale).round_ties_even() as u32).clamp(1, max);
                 let drawn = (side(w, target.width), side(h, target.height));
                 Self {
                     source_box: full,
@@ -69,65 +60,25 @@ impl Geometry {
     }
 }
 
-fn algorithm(filter: Filter) -> ResizeAlg {
-    let convolution = ResizeAlg::Convolution;
-    match filter {
-        Filter::Nearest => ResizeAlg::Nearest,
-        Filter::Box => convolution(FilterType::Box),
-        Filter::Bilinear => convolution(FilterType::Bilinear),
-        Filter::Hamming => convolution(FilterType::Hamming),
-        // Pillow's BICUBIC is the a = -0.5 cubic: Catmull-Rom.
-        Filter::Bicubic => convolution(FilterType::CatmullRom),
-        Filter::Lanczos => convolution(FilterType::Lanczos3),
-    }
-}
-
-fn pixel_type(channels: usize) -> PixelType {
-    match channels {
-        1 => PixelType::U8,
-        3 => PixelType::U8x3,
-        _ => PixelType::U8x4,
-    }
-}
-
 /// The pixels at the target size (interleaved, the target's channels).
-pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Result<Pixels, ImageError> {
+pub fn resize(source: Pixels, target: &Target, input: &ImageInput) -> Pixels {
     let geometry = Geometry::of(source.width, source.height, target, input.resize);
     let drawn = if geometry.is_identity(source.width, source.height) {
         source.data
     } else {
-        resample(&source, &geometry, input.filter)?
+        let (left, top, width, height) = geometry.source_box;
+        let source_box = (left, top, left + width, top + height);
+        resample::resize(&source, geometry.drawn, input.filter, source_box).data
     };
     if geometry.drawn == (target.width, target.height) {
-        return Ok(Pixels {
+        return Pixels {
             width: target.width,
             height: target.height,
             channels: source.channels,
             data: drawn,
-        });
+        };
     }
-    Ok(pad(
-        &drawn,
-        &geometry,
-        target,
-        source.channels,
-        input.pad_value,
-    ))
-}
-
-fn resample(source: &Pixels, geometry: &Geometry, filter: Filter) -> Result<Vec<u8>, ImageError> {
-    let kind = pixel_type(source.channels);
-    let from = ImageRef::new(source.width, source.height, &source.data, kind)
-        .map_err(|e| ImageError::Resize(Box::new(e)))?;
-    let mut to = Image::new(geometry.drawn.0, geometry.drawn.1, kind);
-    let (left, top, width, height) = geometry.source_box;
-    let options = ResizeOptions::new()
-        .resize_alg(algorithm(filter))
-        .crop(left, top, width, height);
-    RESIZER
-        .with(|r| r.borrow_mut().resize(&from, &mut to, &options))
-        .map_err(|e| ImageError::Resize(Box::new(e)))?;
-    Ok(to.into_vec())
+    pad(&drawn, &geometry, target, source.channels, input.pad_value)
 }
 
 /// `drawn` placed at the geometry's offset on a `pad_value` canvas.
@@ -183,10 +134,10 @@ mod tests {
             data: (0..16).collect(),
         };
         let input: ImageInput = toml::from_str("filter = \"box\"").unwrap();
-        let out = resize(source.clone(), &target(1, 1), &input).unwrap();
+        let out = resize(source.clone(), &target(1, 1), &input);
         assert_eq!(out.data, [8]);
         let input: ImageInput = toml::from_str("resize = \"fit\"\npad_value = 9").unwrap();
-        let out = resize(source, &target(2, 1), &input).unwrap();
+        let out = resize(source, &target(2, 1), &input);
         assert_eq!(out.data.len(), 2);
         assert_eq!(out.data[1], 9, "the right half is padding: {:?}", out.data);
     }

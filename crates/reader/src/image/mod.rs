@@ -15,7 +15,9 @@
 pub(crate) mod column;
 mod error;
 mod fit;
+mod format;
 mod pixels;
+mod resample;
 pub(crate) mod sniff;
 pub mod survey;
 mod tensor;
@@ -60,11 +62,13 @@ pub struct ImageInput {
     /// for 0..1, as torchvision's `ToTensor`). A u8 tensor takes the
     /// resized pixels as they are: `scale`, `mean` and `std` must be left out.
     pub scale: Option<f32>,
-    /// Per-channel means subtracted after scaling, one value or one per
-    /// channel. Default 0.
+    /// Per-channel means subtracted after scaling: one value for every
+    /// channel (`mean = 0.5` or `mean = [0.5]`) or one per channel. Default 0.
+    #[serde(default, deserialize_with = "one_or_per_channel")]
     pub mean: Option<Vec<f32>>,
-    /// Per-channel standard deviations divided by, one value or one per
-    /// channel. Default 1.
+    /// Per-channel standard deviations divided by: one value for every
+    /// channel (`std = 0.25` or `std = [0.25]`) or one per channel. Default 1.
+    #[serde(default, deserialize_with = "one_or_per_channel")]
     pub std: Option<Vec<f32>>,
     /// An image whose header says more pixels than this (width x height)
     /// rejects its row (`bad_image`) before any pixel memory is allocated:
@@ -74,8 +78,44 @@ pub struct ImageInput {
     pub max_pixels: u64,
 }
 
+/// `max_pixels`' default: 4096 x 4096.
+pub const DEFAULT_MAX_PIXELS: u64 = 4096 * 4096;
+
 fn default_max_pixels() -> u64 {
-    4096 * 4096
+    DEFAULT_MAX_PIXELS
+}
+
+/// `mean` and `std`: a number (one for every channel) or a list of them.
+fn one_or_per_channel<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<f32>>, D::Error> {
+    struct Values;
+    impl<'de> serde::de::Visitor<'de> for Values {
+        type Value = Vec<f32>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a number (one for every channel) or a list of numbers (one per channel)")
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(vec![v as f32])
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(vec![v as f32])
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(vec![v as f32])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut values = Vec::new();
+            while let Some(v) = seq.next_element::<f32>()? {
+                values.push(v);
+            }
+            Ok(values)
+        }
+    }
+    deserializer.deserialize_any(Values).map(Some)
 }
 
 /// How an image of another aspect ratio meets the target size.
@@ -225,7 +265,7 @@ impl ImageDecoder {
     pub fn append(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), ImageError> {
         let decoded = crate::panics::catch(|| self.decode(bytes))
             .map_err(|p| ImageError::Panicked(p.0))??;
-        let resized = fit::resize(decoded, &self.target, &self.input)?;
+        let resized = fit::resize(decoded, &self.target, &self.input);
         tensor::append(
             &resized,
             &self.target,
@@ -240,7 +280,7 @@ impl ImageDecoder {
     /// pixels are allocated.
     fn decode(&self, bytes: &[u8]) -> Result<pixels::Pixels, ImageError> {
         let opened = sniff::open(bytes)?;
-        let header = opened.header();
+        let header = opened.checked_header()?;
         if header.pixels() > self.input.max_pixels {
             return Err(ImageError::TooLarge {
                 format: header.format,
@@ -373,6 +413,60 @@ pub(crate) mod tests {
         );
     }
 
+    /// A real lossless 8x8 WebP whose VP8L header claims `side x side`.
+    pub fn webp_claiming(side: u32) -> Vec<u8> {
+        let mut webp = encode(sniff::Format::WebP, 8, 8, &ramp());
+        let at = webp.windows(4).position(|w| w == b"VP8L").unwrap() + 9;
+        let mut bits = u32::from_le_bytes(webp[at..at + 4].try_into().unwrap());
+        bits = (bits & !((1 << 28) - 1)) | (side - 1) | ((side - 1) << 14);
+        webp[at..at + 4].copy_from_slice(&bits.to_le_bytes());
+        webp
+    }
+
+    /// The PNG with its first IDAT chunk's CRC wrong.
+    fn crc_broken(mut png: Vec<u8>) -> Vec<u8> {
+        let at = png.windows(4).position(|w| w == b"IDAT").unwrap();
+        let length = u32::from_be_bytes(png[at - 4..at].try_into().unwrap()) as usize;
+        png[at + 4 + length] ^= 0xff;
+        png
+    }
+
+    #[test]
+    fn a_forged_webp_size_and_a_16_bit_png_are_refused_from_the_header() {
+        let forged = webp_claiming(16384);
+        match sniff::header(&forged) {
+            Ok(header) => assert_eq!((header.width, header.height), (16384, 16384)),
+            Err(why) => panic!("the forged header did not read: {why}"),
+        }
+        let error = decoded(&gray_8x8(""), &forged).unwrap_err().to_string();
+        assert!(
+            error.contains("WebP of 16384x16384 is 268435456 pixels"),
+            "{error}"
+        );
+        let gray16 = encode(sniff::Format::Png, 8, 8, &[7; 128]);
+        let why = sniff::header(&gray16).unwrap_err().to_string();
+        assert_eq!(
+            why,
+            "PNG: L16 pixels: only 8-bit gray, gray+alpha, RGB and RGBA images are decoded"
+        );
+    }
+
+    #[test]
+    fn reasons_are_one_line_without_debug_dumps() {
+        let dump = "CRC error: expected 0x1 have 0x2 while decoding ChunkType { type: IDAT, \
+                    critical: true, private: false, reserved: false, safecopy: false } chunk.\n";
+        assert_eq!(
+            error::one_line(dump),
+            "CRC error: expected 0x1 have 0x2 while decoding IDAT chunk"
+        );
+        let png = encode(sniff::Format::Png, 8, 8, &ramp());
+        let why = decoded(&gray_8x8(""), &crc_broken(png))
+            .unwrap_err()
+            .to_string();
+        assert!(why.starts_with("PNG") && why.contains("IDAT"), "{why}");
+        assert!(!why.contains('\n') && !why.contains(" { "), "{why:?}");
+    }
+
     #[test]
     fn every_bad_image_says_why_and_nothing_panics() {
         let png = encode(sniff::Format::Png, 8, 8, &ramp());
@@ -396,6 +490,10 @@ pub(crate) mod tests {
                 .unwrap_or_else(|| panic!("{what} decoded"))
                 .to_string();
             assert!(error.contains(says), "{what}: {error}");
+            assert!(
+                !error.contains('\n') && !error.ends_with(' '),
+                "{what}: {error:?}"
+            );
         }
     }
 
@@ -410,6 +508,22 @@ pub(crate) mod tests {
         assert!(refused("mean = [1.0, 2.0]", &[3, 8, 8], SegmentDtype::F32)
             .contains("one per channel (3)"));
         assert!(refused("std = [0.0]", &[1, 8, 8], SegmentDtype::F32).contains("std must not be 0"));
+        // One value, as a number or a list of one, is every channel's.
+        for one in ["mean = 0.0", "mean = 0", "mean = [0.0]\nstd = 0.5"] {
+            assert!(
+                input(one).validate(&[3, 4, 4], SegmentDtype::F32).is_ok(),
+                "{one}"
+            );
+        }
+        assert_eq!(input("mean = 0.5\nstd = 2").std, Some(vec![2.0]));
+        assert_eq!(input("mean = 0.5").mean, Some(vec![0.5]));
+        let wrong = toml::from_str::<ImageInput>("mean = \"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            wrong.contains("a number (one for every channel)"),
+            "{wrong}"
+        );
         assert!(input("mean = [0.5]\nstd = [0.25, 0.5, 1.0]")
             .validate(&[3, 4, 4], SegmentDtype::F16)
             .is_ok());

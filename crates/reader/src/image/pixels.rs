@@ -24,7 +24,7 @@ pub fn decode(opened: Opened<'_>, header: &Header, channels: usize) -> Result<Pi
     let format = header.format;
     let (native, data) = match opened {
         Opened::Png(d) => read_with_image(*d, header)?,
-        Opened::WebP(d) => read_with_image(*d, header)?,
+        Opened::WebP(d, _) => read_with_image(*d, header)?,
         Opened::Jpeg(mut d) => {
             // Gray stays gray; anything else (YCbCr, CMYK) comes out RGB.
             let gray = d.input_colorspace() == Some(ColorSpace::Luma);

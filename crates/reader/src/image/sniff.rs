@@ -6,29 +6,12 @@ use std::io::Cursor;
 
 use image::codecs::png::PngDecoder;
 use image::codecs::webp::WebPDecoder;
-use image::ImageDecoder as _;
+use image::{ColorType, ImageDecoder as _};
 use zune_core::bytestream::ZCursor;
 use zune_core::options::DecoderOptions;
 
 use super::error::{Cause, ImageError};
-
-/// The encodings decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Format {
-    Png,
-    Jpeg,
-    WebP,
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Format::Png => "PNG",
-            Format::Jpeg => "JPEG",
-            Format::WebP => "WebP",
-        })
-    }
-}
+pub use super::format::Format;
 
 /// What the header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,14 +50,15 @@ fn hex_prefix(bytes: &[u8]) -> String {
 pub enum Opened<'a> {
     Png(Box<PngDecoder<Cursor<&'a [u8]>>>),
     Jpeg(Box<zune_jpeg::JpegDecoder<ZCursor<&'a [u8]>>>),
-    WebP(Box<WebPDecoder<Cursor<&'a [u8]>>>),
+    /// With the size its header says (`lossless_size`).
+    WebP(Box<WebPDecoder<Cursor<&'a [u8]>>>, (u32, u32)),
 }
 
 impl Opened<'_> {
     pub fn header(&self) -> Header {
         let (format, (width, height)) = match self {
             Opened::Png(d) => (Format::Png, d.dimensions()),
-            Opened::WebP(d) => (Format::WebP, d.dimensions()),
+            Opened::WebP(_, size) => (Format::WebP, *size),
             Opened::Jpeg(d) => {
                 let (w, h) = d.dimensions().unwrap_or((0, 0));
                 // JPEG sides are 16-bit, so they fit.
@@ -90,6 +74,34 @@ impl Opened<'_> {
     }
 }
 
+impl Opened<'_> {
+    /// The header, or why a run rejects the image from its header alone: a
+    /// side of 0, or PNG/WebP pixels that are not 8-bit gray, gray+alpha,
+    /// RGB or RGBA (16-bit PNG). `max_pixels` is the caller's.
+    pub fn checked_header(&self) -> Result<Header, ImageError> {
+        let header = self.header();
+        if header.width == 0 || header.height == 0 {
+            return Err(ImageError::NoPixels {
+                format: header.format,
+                width: header.width,
+                height: header.height,
+            });
+        }
+        let color = match self {
+            Opened::Png(d) => d.color_type(),
+            Opened::WebP(d, _) => d.color_type(),
+            Opened::Jpeg(_) => return Ok(header),
+        };
+        match color {
+            ColorType::L8 | ColorType::La8 | ColorType::Rgb8 | ColorType::Rgba8 => Ok(header),
+            other => Err(ImageError::NotEightBit {
+                format: header.format,
+                color: format!("{other:?}"),
+            }),
+        }
+    }
+}
+
 /// Opens the decoder for `bytes`' format and reads its header.
 pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
     let format = format_of(bytes)?;
@@ -99,7 +111,10 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
             .map(|d| Opened::Png(Box::new(d)))
             .map_err(|e| failed(Box::new(e))),
         Format::WebP => WebPDecoder::new(Cursor::new(bytes))
-            .map(|d| Opened::WebP(Box::new(d)))
+            .map(|d| {
+                let size = lossless_size(bytes).unwrap_or(d.dimensions());
+                Opened::WebP(Box::new(d), size)
+            })
             .map_err(|e| failed(Box::new(e))),
         Format::Jpeg => {
             // Lenient, as libjpeg is: a missing end marker or padding is
@@ -116,9 +131,18 @@ pub fn open(bytes: &[u8]) -> Result<Opened<'_>, ImageError> {
     }
 }
 
-/// The header alone (for `inspect`).
+/// A simple lossless WebP's size from its VP8L header: 14 bits a side,
+/// each the side minus one. image-webp 0.2 adds the one before masking, so
+/// it reads a side of 16384 (a forged bomb's favourite) as 0.
+fn lossless_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let is_vp8l = bytes.get(12..16) == Some(b"VP8L") && bytes.get(20) == Some(&0x2f);
+    let bits = u32::from_le_bytes(bytes.get(21..25)?.try_into().ok()?);
+    is_vp8l.then(|| (1 + (bits & 0x3fff), 1 + ((bits >> 14) & 0x3fff)))
+}
+
+/// The header alone, checked as a run checks it (for `inspect`).
 pub fn header(bytes: &[u8]) -> Result<Header, ImageError> {
-    crate::panics::catch(|| open(bytes).map(|o| o.header()))
+    crate::panics::catch(|| open(bytes).and_then(|o| o.checked_header()))
         .map_err(|p| ImageError::Panicked(p.0))?
 }
 
