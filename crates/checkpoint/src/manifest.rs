@@ -253,7 +253,7 @@ fn gone(old: &InputRecord) -> String {
             if meta.len() != old.size {
                 changes.push(format!("size {} -> {}", old.size, meta.len()));
             }
-            let identity = segpredict_storage::file_identity(&meta);
+            let identity = crate::store::storage::file_identity(&meta);
             if identity != old.version {
                 changes.push(format!(
                     "identity {} -> {}",
@@ -311,7 +311,7 @@ fn changes(old: &InputRecord, new: &InputRecord) -> Vec<String> {
 /// An input's recorded version for a person: a local file's inode and
 /// change time (as a UTC time), an object's ETag as it is.
 fn describe_version(version: &str) -> String {
-    match segpredict_storage::parse_file_identity(version) {
+    match crate::store::storage::parse_file_identity(version) {
         Some((inode, ctime_ns)) => format!(
             "inode {inode} changed {}",
             utc_time(i64::try_from(ctime_ns).unwrap_or(i64::MAX))

@@ -25,6 +25,8 @@ pub mod temp;
 mod writable;
 
 pub use bucket::BucketStore;
+/// Where bytes live (paths, URLs, identities), for the protocol above.
+pub use segpredict_storage as storage;
 
 use segpredict_core::exit::{Classify, Failure};
 use std::fs::File;
