@@ -23,6 +23,20 @@ pub(crate) fn command(endpoint: &str, args: &[&str]) -> Command {
     command
 }
 
+/// Whether a commit record under `out` (a prefix of `bucket`) names a part
+/// whose name starts with `part` (committed, not merely uploaded).
+pub(crate) fn committed_in_bucket(server: &S3Server, bucket: &str, out: &str, part: &str) -> bool {
+    let records: Vec<serde_json::Value> = server
+        .list(bucket, &format!("{out}/_progress/log/"))
+        .iter()
+        .filter(|key| !key.rsplit('/').next().unwrap_or_default().starts_with('.'))
+        .filter_map(|key| serde_json::from_slice(&server.get(bucket, key)).ok())
+        .collect();
+    recorded_files(&records)
+        .iter()
+        .any(|(key, _, _)| key.starts_with(part))
+}
+
 /// `segpredict run FILE ARGS`, waiting for the lease a killed run left
 /// (the test pipelines' leases last 3 s).
 pub(crate) fn run_s3(endpoint: &str, file: &Path, args: &[&str], out: &Path) -> RunResult {
@@ -200,7 +214,7 @@ fn runs_writing_to_s3_killed_at_random_moments_resume_with_no_partial_object_eve
             // lands after a commit whatever the random moments.
             let after = duration.mul_f64(0.2 + 0.8 * moments.next());
             let parts =
-                || trial == 0 && !server.list(&bucket, &format!("{prefix}/part-")).is_empty();
+                || trial == 0 && committed_in_bucket(server, &bucket, &prefix, "part-");
             let deadline = Instant::now() + if trial == 0 { duration * 3 } else { after };
             let killed = kill_when(&mut child, deadline, parts);
             let committed = server.list(&bucket, &format!("{prefix}/part-")).len();
@@ -239,7 +253,7 @@ fn three_shards_into_one_prefix_with_one_killed_give_one_processs_output() {
         .collect();
     let deadline = Instant::now() + Duration::from_secs(90);
     let killed = kill_when(&mut shards[1], deadline, || {
-        !server.list(&bucket, "sharded/part-s001of003-").is_empty()
+        committed_in_bucket(server, &bucket, "sharded", "part-s001of003-")
     });
     assert!(killed, "shard 1 finished before it could be killed");
     for (i, shard) in shards.into_iter().enumerate().filter(|(i, _)| *i != 1) {
@@ -310,7 +324,7 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
     let mut child = spawn_s3(proxy.endpoint(), &file, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
     let committed = wait_until(&mut child, deadline, || {
-        !server.list(&bucket, "out/part-").is_empty()
+        committed_in_bucket(server, &bucket, "out", "part-")
     });
     assert!(committed, "the run ended before committing a part");
     // Every request fails from now on: more than any retry can outlast.

@@ -52,31 +52,50 @@ pub fn kill_when(child: &mut Child, deadline: Instant, ready: impl Fn() -> bool)
     running
 }
 
-/// Whether `out` holds a committed part whose name starts with `prefix`
-/// (`part-` for any; `part-s001of003-` for shard 1 of 3).
-pub fn has_part(out: &Path, prefix: &str) -> bool {
-    part_files(out)
-        .iter()
-        .any(|p| file_name(p).starts_with(prefix))
+/// Every record of every shard's commit log in a local output.
+fn log_records(out: &Path) -> Vec<serde_json::Value> {
+    let mut records = Vec::new();
+    for shard in list_dir(&out.join("_progress/log")) {
+        for record in list_dir(&shard) {
+            if file_name(&record).starts_with('.') {
+                continue;
+            }
+            if let Ok(bytes) = std::fs::read(&record) {
+                records.extend(serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+            }
+        }
+    }
+    records
 }
 
-/// Rows in the committed part and rejects files of an output directory.
-pub fn committed_rows(out: &Path) -> usize {
-    let mut files = part_files(out);
-    files.extend(
-        list_dir(&out.join("_progress"))
-            .into_iter()
-            .filter(|p| file_name(p).starts_with("rejects-") && file_name(p).ends_with(".parquet")),
-    );
-    files
+/// The files commit records name, with their kind and rows.
+pub fn recorded_files(records: &[serde_json::Value]) -> Vec<(String, String, u64)> {
+    records
         .iter()
+        .filter(|r| r["kind"] == "commit")
+        .flat_map(|r| r["files"].as_array().cloned().unwrap_or_default())
         .map(|f| {
-            read_batches(f)
-                .unwrap_or_else(|e| panic!("a committed file is not whole: {e}"))
-                .iter()
-                .map(|b| b.num_rows())
-                .sum::<usize>()
+            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (text("key"), text("kind"), f["rows"].as_u64().unwrap_or(0))
         })
+        .collect()
+}
+
+/// Whether a commit record of a local output names a part whose name
+/// starts with `prefix` (`part-` for any; `part-s001of003-` for shard 1 of
+/// 3): the part is committed, not merely uploaded.
+pub fn has_part(out: &Path, prefix: &str) -> bool {
+    recorded_files(&log_records(out))
+        .iter()
+        .any(|(key, _, _)| key.starts_with(prefix))
+}
+
+/// Rows in the part and rejects files the commit records name.
+pub fn committed_rows(out: &Path) -> usize {
+    recorded_files(&log_records(out))
+        .iter()
+        .filter(|(_, kind, _)| kind == "part" || kind == "rejects")
+        .map(|(_, _, rows)| *rows as usize)
         .sum()
 }
 

@@ -15,6 +15,7 @@ pub mod image;
 mod overlap;
 mod panics;
 mod plan;
+mod unit;
 mod prefetch;
 mod remote;
 mod survey;

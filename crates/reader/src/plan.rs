@@ -21,16 +21,7 @@ use segpredict_core::done::DoneSet;
 use segpredict_core::message::{IdKind, InputFile, Origin, SkippedFile, Sources};
 use segpredict_core::shard::{deal_units, ShardSpec};
 
-/// One row group of one file: the unit of parallel reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unit {
-    /// Index into the plan's sources.
-    pub file_idx: u32,
-    pub row_group: usize,
-    /// The row group's first row within its file.
-    pub first_row: u64,
-    pub rows: u64,
-}
+pub use crate::unit::Unit;
 
 /// The checked inputs of a run.
 #[derive(Debug, Clone)]

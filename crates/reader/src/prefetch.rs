@@ -9,7 +9,7 @@ use futures::stream::{BoxStream, StreamExt};
 use parquet::errors::ParquetError;
 use segpredict_storage::{block_on, runtime};
 
-use crate::plan::Unit;
+use crate::unit::Unit;
 use crate::remote::{fetch, FetchedBytes, RemoteError, RemoteFile};
 
 /// A unit with its bytes when its file is an object (`None` for a local
