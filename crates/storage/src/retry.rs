@@ -58,12 +58,12 @@ mod tests {
     #[test]
     fn a_transient_failure_is_tried_again_and_a_permanent_one_is_not() {
         let mut tries = 0;
-        let done: Result<u32, String> = retry_for(
-            |e: &String| e == "503",
+        let done: Result<u32, u16> = retry_for(
+            |e: &u16| *e == 503,
             || {
                 tries += 1;
                 if tries < 4 {
-                    Err("503".to_string())
+                    Err(503)
                 } else {
                     Ok(7)
                 }
@@ -71,13 +71,13 @@ mod tests {
         );
         assert_eq!((done, tries), (Ok(7), 4));
         let mut tries = 0;
-        let refused: Result<u32, String> = retry_for(
-            |e: &String| e == "503",
+        let refused: Result<u32, u16> = retry_for(
+            |e: &u16| *e == 503,
             || {
                 tries += 1;
-                Err("404".to_string())
+                Err(404)
             },
         );
-        assert_eq!((refused, tries), (Err("404".to_string()), 1));
+        assert_eq!((refused, tries), (Err(404), 1));
     }
 }
