@@ -20,10 +20,11 @@ const HELD_ROWS: &str = "max_held_rows = 128";
 
 /// Writes `pipeline` to `dir/name` with bucketing holding few rows.
 fn write_close_behind(pipeline: &Pipeline, path: &Path) -> PathBuf {
-    let text = pipeline
-        .toml()
-        .replace("max_held_rows = 16384", HELD_ROWS);
-    assert!(text.contains(HELD_ROWS), "the pipeline text changed: {text}");
+    let text = pipeline.toml().replace("max_held_rows = 16384", HELD_ROWS);
+    assert!(
+        text.contains(HELD_ROWS),
+        "the pipeline text changed: {text}"
+    );
     std::fs::write(path, text).unwrap();
     path.to_path_buf()
 }
@@ -108,11 +109,18 @@ fn an_input_object_replaced_mid_run_fails_naming_it_and_nothing_of_the_new_one_i
     let dir = tmp();
     let (original, twin) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
     footer_twins(&original, &twin, 1200, 20);
-    server.put(&bucket, "in/input.parquet", &std::fs::read(&original).unwrap());
+    server.put(
+        &bucket,
+        "in/input.parquet",
+        &std::fs::read(&original).unwrap(),
+    );
     let url = format!("s3://{bucket}/in/input.parquet");
     let out = dir.path().join("out");
     let file = write_close_behind(&slowed(Path::new(&url), &out), &dir.path().join("p.toml"));
-    let mut child = spawn_piped(s3_command(server.endpoint(), &["run", file.to_str().unwrap()]));
+    let mut child = spawn_piped(s3_command(
+        server.endpoint(),
+        &["run", file.to_str().unwrap()],
+    ));
     let deadline = Instant::now() + Duration::from_secs(120);
     let running = wait_until(&mut child, deadline, || has_part(&out, "part-"));
     assert!(running, "the run ended before committing a part");
@@ -126,7 +134,10 @@ fn an_input_object_replaced_mid_run_fails_naming_it_and_nothing_of_the_new_one_i
     assert!(!out.join("_SUCCESS").exists());
     let committed = read_output(&out);
     assert!(!committed.is_empty());
-    let new: Vec<_> = committed.iter().filter(|r| !r.id.starts_with("item-")).collect();
+    let new: Vec<_> = committed
+        .iter()
+        .filter(|r| !r.id.starts_with("item-"))
+        .collect();
     assert!(new.is_empty(), "rows of the new object committed: {new:?}");
 }
 
@@ -193,11 +204,17 @@ fn a_file_truncated_while_a_skip_run_reads_it_has_its_unread_rows_rejected_and_t
     assert_eq!(code, Some(3), "exit 3 (rows rejected) expected: {stderr}");
     let (output, rejects) = (read_output(&out), read_rejects(&out));
     assert_eq!(output.len() + rejects.len(), 2400, "every row once");
-    assert!(!rejects.is_empty(), "the truncation landed after a was read");
+    assert!(
+        !rejects.is_empty(),
+        "the truncation landed after a was read"
+    );
     for reject in &rejects {
         assert!(reject.source_file.ends_with("a.parquet"), "{reject:?}");
         assert_eq!(reject.kind, "bad_row_group", "{reject:?}");
-        assert!(reject.reason.contains("changed while the run read it"), "{reject:?}");
+        assert!(
+            reject.reason.contains("changed while the run read it"),
+            "{reject:?}"
+        );
     }
     let twins = output.iter().filter(|r| r.id.starts_with("twin-")).count();
     assert_eq!(twins, 1200, "b.parquet is predicted whole");
@@ -251,7 +268,12 @@ fn checksummed_in_bucket(server: &S3Server, bucket: &str, dir: &Path) -> (String
 
 /// A completed run's output in `bucket` under `out/`, downloaded and
 /// checked against the uninterrupted run; its report.
-fn assert_complete_in(server: &S3Server, bucket: &str, run: &RunResult, reference: &Reference) -> serde_json::Value {
+fn assert_complete_in(
+    server: &S3Server,
+    bucket: &str,
+    run: &RunResult,
+    reference: &Reference,
+) -> serde_json::Value {
     let out = run.out_dir.clone();
     std::fs::create_dir_all(&out).unwrap();
     server.client().download(bucket, "out/", &out);
@@ -281,7 +303,9 @@ fn ranges_damaged_in_transit_are_fetched_again_and_the_run_is_exact() {
     let run = run_command(&mut command, &dir.path().join("downloaded"));
     let report = assert_complete_in(server, &bucket, &run, &reference);
     assert_eq!(proxy.stats().corrupt, 4, "{:?}", proxy.stats());
-    let refetched = report["store_requests"]["refetched_ranges"].as_u64().unwrap();
+    let refetched = report["store_requests"]["refetched_ranges"]
+        .as_u64()
+        .unwrap();
     assert!(refetched >= 1, "{report}");
 }
 
@@ -295,7 +319,10 @@ fn eleven_503s_in_a_row_and_a_25_second_outage_are_ridden_out() {
     proxy.fail_next(11);
     let file = slowed(Path::new(&input), Path::new(&format!("s3://{bucket}/out/")))
         .write(&dir.path().join("p.toml"));
-    let mut child = spawn_piped(s3_command(proxy.endpoint(), &["run", file.to_str().unwrap()]));
+    let mut child = spawn_piped(s3_command(
+        proxy.endpoint(),
+        &["run", file.to_str().unwrap()],
+    ));
     let deadline = Instant::now() + Duration::from_secs(120);
     let running = wait_until(&mut child, deadline, || {
         !server.list(&bucket, "out/part-").is_empty()

@@ -165,7 +165,9 @@ pub enum ReaderError {
         #[source]
         source: Box<segpredict_storage::StorageError>,
     },
-    #[error("input {path} changed while the run read it ({how}); nothing of the new version is used")]
+    #[error(
+        "input {path} changed while the run read it ({how}); nothing of the new version is used"
+    )]
     Changed { path: PathBuf, how: String },
 }
 
@@ -176,7 +178,9 @@ impl ReaderError {
     pub fn is_bad_data(&self) -> bool {
         matches!(
             self,
-            ReaderError::Decode { .. } | ReaderError::NotParquet { .. } | ReaderError::Changed { .. }
+            ReaderError::Decode { .. }
+                | ReaderError::NotParquet { .. }
+                | ReaderError::Changed { .. }
         ) && self.is_permanent()
     }
 }
@@ -371,8 +375,10 @@ impl Reading<'_> {
     ) -> Result<bool, ReaderError> {
         let (file, footer) = self.plan.source(unit.file_idx)?;
         let (builder, opened) = watched::open_local(file, footer)?;
-        self.decode_unit(unit, &file.path, builder, next_row, stats, &|| opened.check())
-            .map_err(|e| opened.explain(e))
+        self.decode_unit(unit, &file.path, builder, next_row, stats, &|| {
+            opened.check()
+        })
+        .map_err(|e| opened.explain(e))
     }
 
     /// An object's unit from its fetched bytes. Bytes that do not decode
@@ -402,7 +408,8 @@ impl Reading<'_> {
             .remote(unit.file_idx)
             .ok_or_else(|| ReaderError::Config("fetched bytes of a local file".into()))?;
         tracing::warn!(path = %path.display(), row_group = unit.row_group, error = %bad_unit::one_line(&error), "a fetched range did not decode; fetching it again");
-        let again = self.fetched_builder(unit, path, remote::fetch_blocking(remote, unit.row_group))?;
+        let again =
+            self.fetched_builder(unit, path, remote::fetch_blocking(remote, unit.row_group))?;
         let decoded = self.decode_unit(unit, path, again, next_row, stats, &|| Ok(()))?;
         segpredict_storage::count_refetched_range();
         tracing::info!(path = %path.display(), row_group = unit.row_group, "the range fetched again decoded");

@@ -235,7 +235,13 @@ fn open_with_footer_hash(
     // The builder has checked the footer's length and magic.
     let sha256 = footer_sha256(&hashed).map_err(io_error)?;
     let after = hashed.metadata().map_err(io_error)?;
-    let identity = |m: &std::fs::Metadata| (m.len(), m.modified().ok(), segpredict_storage::file_identity(m));
+    let identity = |m: &std::fs::Metadata| {
+        (
+            m.len(),
+            m.modified().ok(),
+            segpredict_storage::file_identity(m),
+        )
+    };
     if identity(&before) != identity(&after) {
         return Err(io_error(std::io::Error::other(
             "the file changed while its footer was read (being written?)",
@@ -264,7 +270,6 @@ fn footer_sha256(file: &std::fs::File) -> std::io::Result<String> {
     file.read_exact_at(&mut footer, footer_at)?;
     Ok(crate::hex_sha256(&footer))
 }
-
 
 /// A planned file: its id column's kind, its object (in object storage),
 /// its footer.

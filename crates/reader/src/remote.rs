@@ -16,10 +16,9 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
+use segpredict_storage::block_on;
 use segpredict_storage::object_store::path::Path as ObjectPath;
 use segpredict_storage::object_store::{GetOptions, GetRange, ObjectStore};
-use segpredict_storage::block_on;
-
 
 /// Bytes read from a file's end hoping to get its whole footer at once.
 const TAIL_BYTES: u64 = 64 << 10;
@@ -212,7 +211,10 @@ fn chunk_ranges(file: &RemoteFile, row_group: usize, roots: &[usize]) -> Vec<Ran
 /// Fetches one row group's projected column chunks (adjacent ranges merged
 /// into one request, as object_store's `get_ranges` does), each request
 /// pinned to the object the run recorded.
-pub(crate) async fn fetch(file: &RemoteFile, row_group: usize) -> Result<FetchedBytes, RemoteError> {
+pub(crate) async fn fetch(
+    file: &RemoteFile,
+    row_group: usize,
+) -> Result<FetchedBytes, RemoteError> {
     let ranges = chunk_ranges(file, row_group, &file.roots);
     let bytes = segpredict_storage::object_store::coalesce_ranges(
         &ranges,
@@ -265,7 +267,10 @@ mod tests {
         assert_eq!(options.range, Some(GetRange::Bounded(4..8)));
         let version = Pin::of("version 17").unwrap();
         let options = Pin::options(Some(&version), 0..1);
-        assert_eq!((options.version.as_deref(), options.if_match), (Some("17"), None));
+        assert_eq!(
+            (options.version.as_deref(), options.if_match),
+            (Some("17"), None)
+        );
         assert_eq!(Pin::of(""), None);
     }
 

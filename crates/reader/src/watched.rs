@@ -276,7 +276,11 @@ mod tests {
         std::fs::write(&path, b"0123456789").unwrap();
         let recorded = |p: &Path| {
             let m = std::fs::metadata(p).unwrap();
-            (m.len(), m.modified().ok(), segpredict_storage::file_identity(&m))
+            (
+                m.len(),
+                m.modified().ok(),
+                segpredict_storage::file_identity(&m),
+            )
         };
         let was = recorded(&path);
         let now = || std::fs::metadata(&path).unwrap();
@@ -285,8 +289,16 @@ mod tests {
         let mtime = now().modified().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, b"0123456789").unwrap();
-        File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
-        assert_eq!(changes(&was, &now()).as_deref(), Some("change time (ctime) changed"));
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(
+            changes(&was, &now()).as_deref(),
+            Some("change time (ctime) changed")
+        );
         // Another file of the same size renamed over it.
         let other = dir.path().join("other.parquet");
         std::fs::write(&other, b"abcdefghij").unwrap();
@@ -294,6 +306,8 @@ mod tests {
         let how = changes(&was, &now()).unwrap();
         assert!(how.contains("inode") && !how.contains("size"), "{how}");
         std::fs::write(&path, b"01234").unwrap();
-        assert!(changes(&was, &now()).unwrap().contains("size 10 -> 5 bytes"));
+        assert!(changes(&was, &now())
+            .unwrap()
+            .contains("size 10 -> 5 bytes"));
     }
 }

@@ -60,9 +60,8 @@ impl Answer {
     }
 
     pub fn is_missing_bucket(&self) -> bool {
-        let said = |needle: &str| {
-            self.code.eq_ignore_ascii_case(needle) || self.message.contains(needle)
-        };
+        let said =
+            |needle: &str| self.code.eq_ignore_ascii_case(needle) || self.message.contains(needle);
         self.status == Some(404)
             && (said("NoSuchBucket")
                 || said("ContainerNotFound")
@@ -174,7 +173,8 @@ mod tests {
         let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code>\
                     <Message>The specified bucket does not exist</Message><BucketName>nope</BucketName></Error>";
         let status = format!("{STATUS_PREFIX}404 Not Found: {body}");
-        let retry = format!("Error performing GET http://127.0.0.1:9/nope?list-type=2 in 2.1ms - {status}");
+        let retry =
+            format!("Error performing GET http://127.0.0.1:9/nope?list-type=2 in 2.1ms - {status}");
         let list = format!("Error performing list request: {retry}");
         object_store::Error::Generic {
             store: "S3",
@@ -225,7 +225,10 @@ mod tests {
                 Some(Box::new(Level("connection refused".into(), None))),
             )),
         };
-        assert_eq!(one_line(&error), "connection refused (after 5 retries in 3s)");
+        assert_eq!(
+            one_line(&error),
+            "connection refused (after 5 retries in 3s)"
+        );
     }
 
     #[test]

@@ -24,9 +24,9 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, RetryConfig};
 
 pub use counting::{count_refetched_range, requests};
-pub use retry::{retry_deadline, retry_for};
 pub use list::{is_glob, list_objects};
 pub use object_store;
+pub use retry::{retry_deadline, retry_for};
 pub use runtime::{block_on, runtime};
 
 /// A location that is not usable, named. Each is one line: object_store's
@@ -139,8 +139,11 @@ pub fn parse_file_identity(text: &str) -> Option<(u64, i128)> {
 /// name one input. A path that does not exist is made absolute only.
 pub fn canonical_path(path: &std::path::Path) -> PathBuf {
     let text = path.to_string_lossy();
-    let path = text.strip_prefix("file://").map_or(path, std::path::Path::new);
-    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or(path.to_path_buf()))
+    let path = text
+        .strip_prefix("file://")
+        .map_or(path, std::path::Path::new);
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| std::path::absolute(path).unwrap_or(path.to_path_buf()))
 }
 
 /// A place: a local path, or a prefix in a bucket.
