@@ -93,19 +93,10 @@ fn is_transient(error: &object_store::Error) -> bool {
     matches!(error, object_store::Error::Generic { .. })
 }
 
-/// object_store's error as the io error [`StoreError`] carries, with a kind
-/// that says whether retrying can help (see [`StoreError::is_permanent`]).
+/// object_store's error as the io error [`StoreError`] carries: one line,
+/// a missing bucket permanent (segpredict-storage's mapping).
 fn io_error(error: object_store::Error) -> std::io::Error {
-    use object_store::Error::*;
-    use std::io::ErrorKind;
-    let kind = match &error {
-        NotFound { .. } => ErrorKind::NotFound,
-        AlreadyExists { .. } => ErrorKind::AlreadyExists,
-        PermissionDenied { .. } | Unauthenticated { .. } => ErrorKind::PermissionDenied,
-        e if segpredict_storage::is_permanent(e) => ErrorKind::InvalidInput,
-        _ => ErrorKind::Other,
-    };
-    std::io::Error::new(kind, error)
+    segpredict_storage::io_error(&error)
 }
 
 impl Store for BucketStore {
