@@ -213,8 +213,7 @@ fn runs_writing_to_s3_killed_at_random_moments_resume_with_no_partial_object_eve
             // Trial 0 waits for a committed part, so one kill at least
             // lands after a commit whatever the random moments.
             let after = duration.mul_f64(0.2 + 0.8 * moments.next());
-            let parts =
-                || trial == 0 && committed_in_bucket(server, &bucket, &prefix, "part-");
+            let parts = || trial == 0 && committed_in_bucket(server, &bucket, &prefix, "part-");
             let deadline = Instant::now() + if trial == 0 { duration * 3 } else { after };
             let killed = kill_when(&mut child, deadline, parts);
             let committed = server.list(&bucket, &format!("{prefix}/part-")).len();

@@ -15,10 +15,10 @@ pub mod image;
 mod overlap;
 mod panics;
 mod plan;
-mod unit;
 mod prefetch;
 mod remote;
 mod survey;
+mod unit;
 mod watched;
 
 use std::path::PathBuf;

@@ -9,8 +9,8 @@ use futures::stream::{BoxStream, StreamExt};
 use parquet::errors::ParquetError;
 use segpredict_storage::{block_on, runtime};
 
-use crate::unit::Unit;
 use crate::remote::{fetch, FetchedBytes, RemoteError, RemoteFile};
+use crate::unit::Unit;
 
 /// A unit with its bytes when its file is an object (`None` for a local
 /// file, which the reader thread reads itself).
