@@ -343,7 +343,7 @@ mod tests {
     use parquet::errors::ParquetError;
     use segpredict_checkpoint::checkpoint::CheckpointError;
     use segpredict_checkpoint::commit::CommitError;
-    use segpredict_checkpoint::done::ScanError;
+    use segpredict_checkpoint::log::LogError;
     use segpredict_checkpoint::manifest::ManifestError;
     use segpredict_checkpoint::{StoreError, WriterError};
     use segpredict_core::exit::{Error, Failure};
@@ -475,11 +475,11 @@ mod tests {
             ),
             (store(StorageFull).into(), Failure::Retryable),
             (store(PermissionDenied).into(), Failure::Permanent),
-            (ScanError::Store(store(NotFound)).into(), Failure::Retryable),
+            (LogError::Store(store(NotFound)).into(), Failure::Retryable),
             (
-                ScanError::Content {
+                LogError::Malformed {
                     location: "p".into(),
-                    problem: "x".into(),
+                    source: serde_json::from_str::<u8>("x").unwrap_err(),
                 }
                 .into(),
                 Failure::Permanent,
@@ -525,9 +525,12 @@ mod tests {
                 Failure::Retryable,
             ),
             (
-                ScanError::Parquet {
-                    location: "p".into(),
-                    source: parquet_io(),
+                LogError::Fenced {
+                    shard: segpredict_core::shard::ShardSpec::WHOLE,
+                    epoch: 1,
+                    newer: 2,
+                    holder: "pid 7 on h".into(),
+                    started: "2026-12-07T00:00:00Z".into(),
                 }
                 .into(),
                 Failure::Retryable,

@@ -589,12 +589,15 @@ fn started_marker() -> String {
     serde_json::json!({ "pid": std::process::id(), "started": started }).to_string()
 }
 
+/// Each done shard's `done` record and the log it closes.
+pub type DoneShards = Vec<(ShardDone, LogState)>;
+
 /// Every shard's `done` record when all `count` shards are done;
 /// otherwise the shards that are not.
 pub fn shards_done(
     store: &dyn Store,
     count: u32,
-) -> Result<Result<Vec<(ShardDone, LogState)>, Vec<u32>>, CheckpointError> {
+) -> Result<Result<DoneShards, Vec<u32>>, CheckpointError> {
     let mut done = Vec::new();
     let mut missing = Vec::new();
     for index in 0..count {
