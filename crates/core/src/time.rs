@@ -17,6 +17,17 @@ pub fn rfc3339_ms(unix_ms: u64) -> String {
     rfc3339(UNIX_EPOCH + Duration::from_millis(unix_ms))
 }
 
+/// Nanoseconds since the Unix epoch as RFC 3339 to the millisecond
+/// (`2026-12-03T09:41:07.123Z`); a time before 1970 says so.
+pub fn rfc3339_ns(ns: i64) -> String {
+    match u64::try_from(ns) {
+        Ok(ns) => {
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
+        }
+        Err(_) => format!("{} ns before 1970-01-01T00:00:00Z", ns.unsigned_abs()),
+    }
+}
+
 /// `t` against now: `in 4 min` or `3 min ago`, to the second below a
 /// minute.
 pub fn relative(t: SystemTime) -> String {
