@@ -183,6 +183,9 @@ mkdir -p "$work/inside" "$work/outside"
 chown 10001:10001 "$work/inside"
 
 "$host_bin" inspect sample_data/digits.parquet --pipeline pipelines/sample.toml > "$work/inspect-outside.txt" 2>&1
+# Input paths are canonical (absolute, links resolved): the checkout here
+# is /job inside.
+sed -i "s#$(pwd -P)/#/job/#g" "$work/inspect-outside.txt"
 if run "${mounts[@]}" -w /job "$tag" inspect sample_data/digits.parquet --pipeline pipelines/sample.toml \
     > "$work/inspect-inside.txt" 2>&1; then
     pass "segpredict inspect runs inside"
