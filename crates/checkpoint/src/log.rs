@@ -188,18 +188,28 @@ impl LogState {
     }
 }
 
+impl LogState {
+    /// The state before the first record.
+    pub fn empty() -> Self {
+        Self {
+            next: 1,
+            ..Self::default()
+        }
+    }
+}
+
 /// A shard's log from its first record up to the first number missing.
 pub fn read_log(store: &dyn Store, shard: ShardSpec) -> Result<LogState, LogError> {
-    let mut state = LogState {
-        next: 1,
-        ..LogState::default()
-    };
+    let mut state = LogState::empty();
     read_on(store, shard, &mut state)?;
     Ok(state)
 }
 
-/// Reads the records from `state.next` on into `state`.
-fn read_on(store: &dyn Store, shard: ShardSpec, state: &mut LogState) -> Result<(), LogError> {
+/// Reads the records from `state.next` on into `state`: a state read
+/// earlier is brought up to date with one request for the next number
+/// when nothing was appended (records are never replaced, so what was
+/// read stays true).
+pub fn read_on(store: &dyn Store, shard: ShardSpec, state: &mut LogState) -> Result<(), LogError> {
     while let Some(record) = record(store, shard, state.next)? {
         state.apply(record);
     }
@@ -230,15 +240,16 @@ fn put(store: &dyn Store, shard: ShardSpec, seq: u64, record: &Record) -> Result
 }
 
 /// Begins epoch `epoch` of `shard`: appends its `begin` record after
-/// everything there, and returns the log as it stood before it (final: no
-/// record of an earlier epoch counts after it) and the writer of the
-/// epoch's records. A `done` record found first ends it: nothing is
-/// appended.
+/// everything there (read on from `known`, the log as read so far), and
+/// returns the log as it stood before it (final: no record of an earlier
+/// epoch counts after it) and the writer of the epoch's records. A `done`
+/// record found first ends it: nothing is appended.
 pub fn begin_epoch(
     store: &Arc<dyn Store>,
     shard: ShardSpec,
     epoch: u32,
     holder: &str,
+    known: LogState,
 ) -> Result<(LogState, Option<LogWriter>), LogError> {
     let record = Record {
         epoch,
@@ -247,7 +258,8 @@ pub fn begin_epoch(
             started: segpredict_core::time::now_rfc3339(),
         },
     };
-    let mut state = read_log(store.as_ref(), shard)?;
+    let mut state = known;
+    read_on(store.as_ref(), shard, &mut state)?;
     loop {
         if state.done.is_some() {
             return Ok((state, None));
@@ -410,7 +422,14 @@ mod tests {
     }
 
     fn begin(dir: &std::path::Path, epoch: u32, holder: &str) -> (LogState, Option<LogWriter>) {
-        begin_epoch(&store(dir), ShardSpec::WHOLE, epoch, holder).unwrap()
+        begin_epoch(
+            &store(dir),
+            ShardSpec::WHOLE,
+            epoch,
+            holder,
+            LogState::empty(),
+        )
+        .unwrap()
     }
 
     fn part(key: &str, rows: std::ops::Range<u64>) -> FileEntry {
