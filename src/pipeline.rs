@@ -156,6 +156,9 @@ pub fn run(
         Ok(started) => started,
         Err(end) => return Ok(end),
     };
+    // Inside the shard's span; the stage threads enter it too.
+    let names = attempt.attempt.layout.names();
+    let _attempt = tracing::error_span!("attempt", attempt = names.attempt).entered();
     tracing::debug!(
         seconds = started.elapsed().as_secs_f64(),
         "planned the read and began the attempt"

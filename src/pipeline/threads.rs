@@ -102,7 +102,11 @@ pub(super) fn run_stages(
         let live = &live;
         let (stages_done, done) = bounded::<()>(1);
         let total_rows = plan.shard_rows();
-        let progress = scope.spawn(move || show_progress(total_rows, live, &done, cancel));
+        let span = tracing::Span::current();
+        let progress = scope.spawn(move || {
+            let _run = span.entered();
+            show_progress(total_rows, live, &done, cancel)
+        });
         let Prepared {
             worker,
             bucketing,
@@ -145,9 +149,10 @@ fn spawn_readers<'scope>(
         .min(plan.row_groups().max(1));
     let (chunk_tx, chunk_rx) = bounded(CHUNKS_PER_READER * n_readers);
     let readers = (0..n_readers)
-        .map(|_| {
+        .map(|idx| {
             let out = chunk_tx.clone();
-            spawn(scope, cancel, out.clone(), move || {
+            let span = tracing::error_span!("reader", reader = idx);
+            spawn(scope, cancel, out.clone(), span, move || {
                 reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
             })
         })
@@ -166,7 +171,9 @@ fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> 
 
 type Stage<'scope, T> = ScopedJoinHandle<'scope, Result<T>>;
 
-/// Runs `stage` on its own thread. Its error cancels the other stages; a
+/// Runs `stage` on its own thread, inside `span` (made on the spawning
+/// thread, so a child of the shard's and attempt's spans: a thread does not
+/// inherit its parent's span by itself). Its error cancels the other stages; a
 /// stage whose neighbour has gone stops quietly, so the only errors
 /// returned are root causes. `keep_open` (a clone of the stage's output
 /// channel) is dropped only after the cancel flag is set, so the next stage
@@ -176,6 +183,7 @@ fn spawn<'scope, T, E, K>(
     scope: &'scope Scope<'scope, '_>,
     cancel: &'scope AtomicBool,
     keep_open: K,
+    span: tracing::Span,
     stage: impl FnOnce() -> Result<T, E> + Send + 'scope,
 ) -> Stage<'scope, T>
 where
@@ -184,6 +192,7 @@ where
     K: Send + 'scope,
 {
     scope.spawn(move || {
+        let _stage = span.entered();
         let result = stage().map_err(|e| {
             cancel.store(true, Ordering::Relaxed);
             e.into()
@@ -214,18 +223,21 @@ fn spawn_downstream<'scope>(
     let (write_tx, write_rx) = bounded::<WriterMsg>(WRITER_MESSAGES);
     let segment_bytes = config.readers.columns.segments.segment_bytes();
     let (rejects, open) = (write_tx.clone(), (batch_tx.clone(), write_tx.clone()));
-    let bucketing = spawn(scope, cancel, open, move || {
+    let span = tracing::error_span!("bucketing");
+    let bucketing = spawn(scope, cancel, open, span, move || {
         let (c, s) = (&downstream.bucketing, segment_bytes);
         run_bucketing(c, s, chunks, batch_tx, rejects, budget, cancel)
     });
-    let worker = spawn(scope, cancel, write_tx.clone(), move || {
+    let span = tracing::error_span!("worker");
+    let worker = spawn(scope, cancel, write_tx.clone(), span, move || {
         model.run(batch_rx, write_tx, budget, cancel)
     });
     let schema = &downstream.schema;
     let writers = (0..config.writers.effective_threads())
         .map(|idx| {
             let messages = write_rx.clone();
-            spawn(scope, cancel, (), move || {
+            let span = tracing::error_span!("writer", writer = idx);
+            spawn(scope, cancel, (), span, move || {
                 let (store, layout) = (&*attempt.store, &attempt.layout);
                 let log = &attempt.log;
                 writer::run_writer(

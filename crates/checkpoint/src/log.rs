@@ -295,7 +295,10 @@ impl LogWriter {
 
     /// Makes `files` visible, or learns that a newer attempt began.
     pub fn commit(&self, files: Vec<FileEntry>) -> Result<u64, LogError> {
-        self.append(Entry::Commit { files })
+        let (count, rows) = (files.len(), files.iter().map(|f| f.rows).sum::<u64>());
+        let record = self.append(Entry::Commit { files })?;
+        tracing::debug!(record, files = count, rows, "appended a commit record");
+        Ok(record)
     }
 
     /// Records that the shard is done.
