@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use segpredict_bucketing::BucketingConfig;
-use segpredict_checkpoint::WriterConfig;
 use segpredict_reader::ReaderConfig;
 use segpredict_worker::ModelConfig;
+use segpredict_writers::WriterConfig;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone, Deserialize)]

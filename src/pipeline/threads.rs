@@ -20,13 +20,13 @@ use crate::config::PipelineConfig;
 use crate::progress::show_progress;
 use segpredict_bucketing::{run_bucketing, BucketingConfig};
 use segpredict_checkpoint::checkpoint::Attempt;
-use segpredict_checkpoint::{self as writer, OutputSchema};
 use segpredict_core::message::{
     BucketingReport, LiveCounters, ReaderStats, RowChunk, WorkerReport, WriterMsg, WriterReport,
 };
 use segpredict_reader::{self as reader, ReadPlan, UnitQueue};
 use segpredict_report::{RunFacts, StageReports};
 use segpredict_worker::Worker;
+use segpredict_writers::{self as writer, OutputSchema};
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.

@@ -18,15 +18,15 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use segpredict_core::exit::{content_or_io, Classify, Failure};
 use serde::{Deserialize, Serialize};
 
-use crate::batch_parts::merge_batches;
+use crate::batches::merge_batches;
 use crate::checkpoint::{self, ShardDone};
 use crate::committing::read_verified;
 use crate::layout::{self, BATCHES, COMMIT_TAG, REJECTS, REPORT_JSON, SUCCESS};
 use crate::log::{remove_uncounted, FileEntry, FileKind, LogState};
 use crate::manifest::RunManifest;
-use crate::reject_parts::merge_rejects;
+use crate::rejects::merge_rejects;
 use crate::store::{Store, StoreError};
-use crate::WriterError;
+use crate::FileError;
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::SkippedFile;
 use segpredict_core::shard::ShardSpec;
@@ -61,7 +61,7 @@ pub enum CommitError {
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
     #[error(transparent)]
-    Writer(#[from] WriterError),
+    File(#[from] FileError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("reading {location}")]
@@ -94,7 +94,7 @@ impl Classify for CommitError {
             CommitError::Arrow { source, .. } => content_or_io(source),
             CommitError::Json { .. } => Failure::Permanent,
             CommitError::Checkpoint(e) => e.failure(),
-            CommitError::Writer(e) => e.failure(),
+            CommitError::File(e) => e.failure(),
             CommitError::Store(e) => e.failure(),
         }
     }

@@ -10,8 +10,10 @@ use arrow::record_batch::RecordBatch;
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::committing::CommittingParquet;
-use super::store::Store;
+use segpredict_checkpoint::rejects::id_type;
+use segpredict_checkpoint::store::Store;
+use segpredict_checkpoint::{CommittingParquet, FileEntry, FileError, FileKind};
+
 use super::{Compression, OutputSchema, WriterError};
 use segpredict_core::message::{IdKind, Predictions, RowId};
 
@@ -21,20 +23,12 @@ pub struct PartWriter {
     output: OutputSchema,
 }
 
-/// The output's columns: the id as read, the prediction, and where the row
-/// came from, so any order can be restored by sorting.
-/// The Arrow type ids of this kind are written as, in parts and rejects.
-pub fn id_type(id_kind: IdKind) -> DataType {
-    match id_kind {
-        IdKind::Str => DataType::Utf8,
-        IdKind::Int => DataType::Int64,
-        IdKind::UInt => DataType::UInt64,
-    }
-}
-
-pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
+/// The part files' columns, the one place they are decided: the id as
+/// read, the prediction, and where the row came from, so any order can be
+/// restored by sorting.
+pub fn output_arrow_schema(output: &OutputSchema) -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new("id", id_type(id_kind), false),
+        Field::new("id", id_type(output.id_kind), false),
         Field::new("label", DataType::Utf8, false),
         Field::new("label_id", DataType::Int32, false),
         Field::new("score", DataType::Float32, false),
@@ -57,19 +51,6 @@ pub fn properties(compression: Compression) -> WriterProperties {
     WriterProperties::builder().set_compression(codec).build()
 }
 
-/// Rows per row group of the files written as a run goes (rejects, batch
-/// records): the Parquet writer holds a row group in memory until it is
-/// full, so this, not the commit interval, bounds what they hold.
-const STREAMED_ROW_GROUP_ROWS: usize = 64 * 1024;
-
-/// Zstd, in row groups of `STREAMED_ROW_GROUP_ROWS`.
-pub fn streamed_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(parquet::basic::Compression::ZSTD(ZstdLevel::default()))
-        .set_max_row_group_row_count(Some(STREAMED_ROW_GROUP_ROWS))
-        .build()
-}
-
 impl PartWriter {
     /// Starts the part `key`, visible only once committed.
     pub fn create(
@@ -78,7 +59,7 @@ impl PartWriter {
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let schema = arrow_schema(output.id_kind);
+        let schema = output_arrow_schema(output);
         let file = CommittingParquet::create(store, key, schema.clone(), properties(compression))?;
         Ok(Self {
             file,
@@ -96,13 +77,13 @@ impl PartWriter {
         for row in &predictions.rows {
             self.file.covers(row.origin);
         }
-        self.file.write(&batch)
+        Ok(self.file.write(&batch)?)
     }
 
     /// Puts the part under its name, whole, for a commit record to name;
     /// on failure nothing is left behind.
-    pub fn finish(self) -> Result<crate::log::FileEntry, WriterError> {
-        Ok(self.file.commit()?.entry(crate::log::FileKind::Part))
+    pub fn finish(self) -> Result<FileEntry, WriterError> {
+        Ok(self.file.commit()?.entry(FileKind::Part))
     }
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
@@ -143,9 +124,12 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
-            location: self.file.location().to_string(),
-            source,
+        let batch = RecordBatch::try_new(self.schema.clone(), columns);
+        batch.map_err(|source| {
+            WriterError::File(FileError::Arrow {
+                location: self.file.location().to_string(),
+                source,
+            })
         })
     }
 }
