@@ -102,11 +102,7 @@ pub(super) fn run_stages(
         let live = &live;
         let (stages_done, done) = bounded::<()>(1);
         let total_rows = plan.shard_rows();
-        let span = tracing::Span::current();
-        let progress = scope.spawn(move || {
-            let _run = span.entered();
-            show_progress(total_rows, live, &done, cancel)
-        });
+        let progress = spawn_progress(scope, total_rows, live, done, cancel);
         let Prepared {
             worker,
             bucketing,
@@ -131,6 +127,21 @@ pub(super) fn run_stages(
             facts,
             final_budget: budget.load(Ordering::Relaxed),
         })
+    })
+}
+
+/// The progress thread, in the attempt's span like the stages.
+fn spawn_progress<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    total_rows: u64,
+    live: &'scope LiveCounters,
+    stages_done: Receiver<()>,
+    cancel: &'scope AtomicBool,
+) -> ScopedJoinHandle<'scope, ()> {
+    let span = tracing::Span::current();
+    scope.spawn(move || {
+        let _attempt = span.entered();
+        show_progress(total_rows, live, &stages_done, cancel)
     })
 }
 
