@@ -275,7 +275,12 @@ impl Checkpoint {
             .filter(|k| {
                 !matches!(
                     Name::parse(k),
-                    Some(Name::Lock(_) | Name::Temporary | Name::LogRecord(..))
+                    Some(
+                        Name::Lock(_)
+                            | Name::Temporary
+                            | Name::LogRecord(..)
+                            | Name::LogCheckpoint(..)
+                    )
                 )
             })
             .collect();
@@ -523,7 +528,7 @@ impl Attempt {
         let only_manifest = keys.iter().all(|k| {
             k == MANIFEST
                 || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
-                || matches!(Name::parse(k), Some(Name::LogRecord(s, _)) if s == shard)
+                || matches!(Name::parse(k), Some(Name::LogRecord(s, _) | Name::LogCheckpoint(s, _)) if s == shard)
         });
         // Only this attempt's `begin` in the log: nothing was committed.
         if !only_manifest || read_log(self.store.as_ref(), shard)?.next > 2 {

@@ -83,6 +83,9 @@ pub enum Name {
     AttemptMarker(AttemptNames),
     /// Record `seq` (from 1) of a shard's commit log.
     LogRecord(ShardSpec, u64),
+    /// The log's state up to record `seq`, written beside it so that a
+    /// reader starts there (Delta Lake's checkpoints).
+    LogCheckpoint(ShardSpec, u64),
     ShardSvg(ShardSpec),
     Lock(ShardSpec),
     /// A file being written (or left by a killed writer), with the tag of
@@ -116,9 +119,19 @@ impl Name {
             }));
         }
         if let Some(rest) = rest.strip_prefix("log/") {
-            let (tag, seq) = rest.strip_suffix(".json")?.split_once('/')?;
-            let seq = parse_number(seq).filter(|_| seq.len() == LOG_DIGITS)?;
-            return Some(Name::LogRecord(parse_tag(tag)?, seq));
+            let (tag, stem) = rest.strip_suffix(".json")?.split_once('/')?;
+            let (seq, checkpoint) = match stem.strip_suffix(".checkpoint") {
+                Some(seq) => (seq, true),
+                None => (stem, false),
+            };
+            let (shard, seq) = (
+                parse_tag(tag)?,
+                parse_number(seq).filter(|_| seq.len() == LOG_DIGITS)?,
+            );
+            return Some(match checkpoint {
+                true => Name::LogCheckpoint(shard, seq),
+                false => Name::LogRecord(shard, seq),
+            });
         }
         if let Some(tag) = rest.strip_prefix("report-") {
             return Some(Name::ShardSvg(parse_tag(tag.strip_suffix(".svg")?)?));
@@ -247,7 +260,17 @@ impl OutputLayout {
 
     /// Record `seq` (from 1) of `shard`'s commit log.
     pub fn log_record(shard: ShardSpec, seq: u64) -> String {
-        format!("{PROGRESS}/log/{}/{seq:020}.json", shard.tag())
+        format!("{}{seq:020}.json", Self::log_folder(shard))
+    }
+
+    /// The log's state up to record `seq`.
+    pub fn log_checkpoint(shard: ShardSpec, seq: u64) -> String {
+        format!("{}{seq:020}.checkpoint.json", Self::log_folder(shard))
+    }
+
+    /// The folder of a shard's log records and checkpoints.
+    pub fn log_folder(shard: ShardSpec) -> String {
+        format!("{PROGRESS}/log/{}/", shard.tag())
     }
 
     /// This shard's plot, where a sharded run keeps it.
@@ -348,6 +371,11 @@ mod tests {
             );
             let record = OutputLayout::log_record(names.shard, 17);
             assert_eq!(Name::parse(&record), Some(Name::LogRecord(names.shard, 17)));
+            let checkpoint = OutputLayout::log_checkpoint(names.shard, 100);
+            assert_eq!(
+                Name::parse(&checkpoint),
+                Some(Name::LogCheckpoint(names.shard, 100))
+            );
             let temp = temp_key(&record, &format!("{}-1-0", names.shard.tag()));
             assert_eq!(Name::parse(&temp), Some(Name::Temporary));
             assert_eq!(Name::parse(&layout.lock()), Some(Name::Lock(names.shard)));
