@@ -328,6 +328,19 @@ pub struct Batch {
 #[derive(Debug)]
 pub struct Predictions {
     pub rows: Vec<RowMeta>,
+    /// The top-1 class and its probability, per row.
+    pub label_ids: Vec<i32>,
+    pub scores: Vec<f32>,
+    /// The `k` most probable classes per row (`[writers] top_k`), or `None`.
+    pub top: Option<TopK>,
+}
+
+/// The `k` most probable classes of each row of a batch, row-major: row
+/// `r`'s are `label_ids[r * k..(r + 1) * k]`, most probable first; its
+/// first is the row's top-1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopK {
+    pub k: usize,
     pub label_ids: Vec<i32>,
     pub scores: Vec<f32>,
 }
