@@ -158,6 +158,16 @@ pub struct Overrides {
 }
 
 impl PipelineConfig {
+    /// `[writers] top_k` against the labels file's classes, before the run
+    /// starts: more than there are is a settings error naming the key.
+    pub fn check_top_k(&self) -> segpredict_core::exit::Result<()> {
+        let Some(k) = self.writers.top_k else {
+            return Ok(());
+        };
+        let n_labels = segpredict_worker::load_labels(&self.model.labels)?.len();
+        Ok(self.writers.check_top_k(k, n_labels, &self.model.labels)?)
+    }
+
     /// Reads `path`; relative paths inside it are taken from the file's folder,
     /// so a pipeline runs the same from any working directory.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {

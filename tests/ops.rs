@@ -579,7 +579,7 @@ fn rejects_keep_the_id_type(int_ids: bool) {
     assert_eq!(column_type(&input, "id"), expected);
     let out = dir.path().join("out");
     Pipeline::new(&input, &out).run(&[]).expect_code(3);
-    let rejects = out.join("_rejects.parquet");
+    let rejects = out.join(REJECTS_FILE);
     assert_eq!(column_type(&rejects, "id"), expected);
     assert_eq!(column_type(&part_files(&out)[0], "id"), expected);
     // The values too: row 40's id, read back as text either way.

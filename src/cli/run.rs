@@ -126,7 +126,7 @@ fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> 
                 logging::notice(&format!(
                     "{} row(s) rejected; see {}",
                     rows.rows_rejected,
-                    dir.join("_rejects.parquet").display()
+                    dir.join(segpredict_checkpoint::layout::REJECTS).display()
                 ));
             }
             Outcome::most_severe([outcome, skipped_outcome(totals.skipped_files, dir)])
@@ -163,7 +163,7 @@ fn skipped_outcome(skipped: u64, dir: &std::path::Path) -> Outcome {
     }
     logging::notice(&format!(
         "{skipped} input file(s) skipped; see {}",
-        dir.join("_rejects.parquet").display()
+        dir.join(segpredict_checkpoint::layout::REJECTS).display()
     ));
     Outcome::TooManyRejects
 }

@@ -26,7 +26,7 @@ use segpredict_core::message::{
 use segpredict_reader::{self as reader, ReadPlan, UnitQueue};
 use segpredict_report::{RunFacts, StageReports};
 use segpredict_worker::Worker;
-use segpredict_writers::{self as writer, OutputSchema};
+use segpredict_writers::{self as writer, OutputSchema, WriterConfig};
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.
@@ -109,7 +109,7 @@ pub(super) fn run_stages(
             budget: start_budget,
             facts,
         } = prepared;
-        let schema = output_schema(plan, &worker, live);
+        let schema = output_schema(&config.writers, plan, &worker, live);
         let downstream = downstream.get_or_init(|| Downstream { bucketing, schema });
         budget.store(start_budget, Ordering::Relaxed);
         let shared = Shared {
@@ -171,11 +171,19 @@ fn spawn_readers<'scope>(
     (readers, chunk_rx)
 }
 
-fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> OutputSchema {
+/// What the writers write beside each prediction, from `[writers]` and
+/// the input (`segpredict_writers::output_arrow_schema` makes the columns).
+fn output_schema(
+    writers: &WriterConfig,
+    plan: &ReadPlan,
+    worker: &Worker,
+    live: &Arc<LiveCounters>,
+) -> OutputSchema {
     OutputSchema {
         id_kind: plan.id_kind,
         labels: worker.labels(),
         sources: plan.sources.clone(),
+        top_k: writers.top_k,
         live: Arc::clone(live),
     }
 }

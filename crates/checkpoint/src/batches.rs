@@ -3,7 +3,8 @@
 //! own file under `_progress/`, committed with its part files under the
 //! same rules; earlier attempts' files are read back here, a batch at a
 //! time, for the report's totals; the run's commit concatenates every
-//! shard's and attempt's into `_batches.parquet`.
+//! shard's and attempt's into `_segpredict/batches.parquet`
+//! ([`crate::layout::BATCHES`]).
 //!
 //! The one conversion between a [`BatchRecord`] and a row of these files is
 //! here, both ways (`records_batch`, `records_of`), and a test in
@@ -49,7 +50,7 @@ fn memory_fields() -> Fields {
         .collect()
 }
 
-/// `_batches.parquet`'s columns: the shard (its 0-based index) and attempt
+/// `_segpredict/batches.parquet`'s columns: the shard (its 0-based index) and attempt
 /// that ran the batch, then the record's fields as `_report.json` used to
 /// list them; `device_ms` and `memory` are null on CPU.
 pub fn batches_schema() -> SchemaRef {

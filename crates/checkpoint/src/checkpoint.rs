@@ -778,7 +778,7 @@ mod tests {
         // Shard 1 finished and was killed while committing the run.
         let store = LocalStore::new(out);
         let ones = crate::layout::temp_key(SUCCESS, "s001of003-9-0");
-        let twos = crate::layout::temp_key("_rejects.parquet", "s002of003-9-0");
+        let twos = crate::layout::temp_key(crate::layout::REJECTS, "s002of003-9-0");
         store.put(&ones, b"").unwrap();
         store.put(&twos, b"").unwrap();
         let done = ShardDone {
@@ -839,7 +839,7 @@ mod tests {
         drop(begin(&c0));
         let store = LocalStore::new(out);
         // Shard 0 was killed while committing; shard 1 then committed the run.
-        let mine = crate::layout::temp_key("_rejects.parquet", "s000of002-9-0");
+        let mine = crate::layout::temp_key(crate::layout::REJECTS, "s000of002-9-0");
         let theirs = crate::layout::temp_key("_report.json", "s001of002-9-1");
         store.put(&mine, b"").unwrap();
         store.put(&theirs, b"").unwrap();
@@ -872,7 +872,7 @@ mod tests {
             "cudnn_benchmark": false, "channels_last": false, "allocator_conf": null,
             "oom_events": 0, "oom_rejected_rows": 0, "wall_s": 0.0, "rows_per_s": 0.0,
             "segments_per_s": 0.0, "busy_s": {}, "strategy": "SegmentBudget",
-            "batches_file": "_batches.parquet"
+            "batches_file": "_segpredict/batches.parquet"
         })
     }
 
@@ -897,6 +897,38 @@ mod tests {
         assert!(!keys(out).contains(&"part-a001-00-00001.parquet".to_string()));
         let store = LocalStore::new(out);
         assert_eq!(RunManifest::read(&store).unwrap(), Some(other));
+    }
+
+    /// Format 3 kept `_rejects.parquet` and `_batches.parquet` beside the
+    /// parts: such an output is refused naming the format, and
+    /// `--overwrite` replaces it, those files included.
+    #[test]
+    fn a_format_3_output_is_refused_naming_the_format_and_overwrite_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let store = LocalStore::new(out);
+        let mut old = serde_json::to_value(manifest(1)).unwrap();
+        old["format"] = serde_json::json!(3);
+        store.put(MANIFEST, old.to_string().as_bytes()).unwrap();
+        for key in ["part-a001-00-00001.parquet", SUCCESS]
+            .into_iter()
+            .chain(crate::layout::LEGACY_RUN_FILES)
+        {
+            store.put(key, b"").unwrap();
+        }
+        let e = whole(out).begin().unwrap_err();
+        assert!(e.is_permanent());
+        let text = e.to_string();
+        assert!(
+            text.contains("manifest format differs (was 3, now 4)"),
+            "{text}"
+        );
+        let replacing = checkpoint(out, manifest(1), ShardSpec::WHOLE, true);
+        assert_eq!(replacing.verdict().unwrap(), Verdict::Replaced);
+        drop(begin(&replacing));
+        let left = keys(out);
+        assert!(left.iter().all(|k| !k.ends_with(".parquet")), "{left:?}");
+        assert_eq!(RunManifest::read(&store).unwrap(), Some(manifest(1)));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Committing a run: once every shard's log has a counted `done` record,
 //! check every shard's accounting against the manifest and the files its
-//! log counts, merge the rejects into `_rejects.parquet` and every shard's
-//! and attempt's batch records into `_batches.parquet` (each file checked
+//! log counts, merge the rejects into `_rejects/rejects.parquet` and every
+//! shard's and attempt's batch records into `_segpredict/batches.parquet` (each file checked
 //! against the checksum its record gives), write `_report.json`, remove
 //! the data files no counted record names (a stalled or killed writer's
 //! late uploads), and write `_SUCCESS` last. The shard that finishes last
@@ -250,7 +250,7 @@ fn check_accounting(
     Ok(totals)
 }
 
-/// The run's id type as its committed files carry it, so `_rejects.parquet`
+/// The run's id type as its committed files carry it, so `_rejects/rejects.parquet`
 /// types the id as the parts do (text for a run that committed nothing).
 fn id_type(store: &dyn Store, files: &[FileEntry]) -> Result<DataType, CommitError> {
     let first = files

@@ -1,7 +1,8 @@
 //! The format of rejected rows: each writer thread (the
 //! `segpredict-writers` crate) appends its rejects to its own file under
 //! `_progress/` as they arise, committed with its part files; the run's
-//! commit concatenates them into `_rejects.parquet`, a batch at a time.
+//! commit concatenates them into `_rejects/rejects.parquet`
+//! ([`crate::layout::REJECTS`]), a batch at a time.
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ pub fn id_type(id_kind: IdKind) -> DataType {
     }
 }
 
-/// `_rejects.parquet`'s columns. The id keeps the type the part files give
+/// `_rejects/rejects.parquet`'s columns. The id keeps the type the part files give
 /// it, so rejects join back to the input and the output on it; it is null
 /// where the id could not be read. `source_row` is null only for a
 /// `bad_file` row, which stands for a whole skipped file.
@@ -64,7 +65,7 @@ fn id_column(rejects: &[Reject], id_kind: IdKind) -> ArrayRef {
     }
 }
 
-/// Rejects as one record batch of `_rejects.parquet`'s schema.
+/// Rejects as one record batch of `_rejects/rejects.parquet`'s schema.
 pub fn rejects_batch(
     rejects: &[Reject],
     sources: &Sources,

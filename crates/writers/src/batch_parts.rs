@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(totals.batches, 600);
         assert_eq!(totals.device_ms_histogram.count(), 300);
 
-        let dest = "_batches.parquet";
+        let dest = segpredict_checkpoint::layout::BATCHES;
         assert_eq!(
             merge_batches(&store, &[entry.clone(), entry.clone()], dest).unwrap(),
             1200

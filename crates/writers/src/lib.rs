@@ -54,6 +54,11 @@ pub struct WriterConfig {
     /// part cut short, a Parquet footer.
     #[serde(default = "default_commit_every_s")]
     pub commit_every_s: f64,
+    /// Also write each row's `top_k` most probable classes, most probable
+    /// first: `top_labels` (list of UTF-8) and `top_scores` (list of
+    /// float32). Default none (no such columns). At most the labels' count.
+    #[serde(default)]
+    pub top_k: Option<usize>,
 }
 
 fn default_commit_every_s() -> f64 {
@@ -86,6 +91,12 @@ pub enum WriterError {
     Log(#[from] LogError),
     #[error("invalid [writers] section: {0}")]
     Config(String),
+    #[error("invalid [writers] section: top_k = {top_k}, but the labels file {labels} has {n_labels} classes")]
+    TopK {
+        top_k: usize,
+        n_labels: usize,
+        labels: PathBuf,
+    },
     #[error("the model returned class {label_id} but the labels file has {n_labels} labels")]
     UnknownLabel { label_id: i32, n_labels: usize },
 }
@@ -97,7 +108,9 @@ impl Classify for WriterError {
         match self {
             WriterError::File(e) => e.failure(),
             WriterError::Log(e) => e.failure(),
-            WriterError::Config(_) | WriterError::UnknownLabel { .. } => Failure::Permanent,
+            WriterError::Config(_)
+            | WriterError::TopK { .. }
+            | WriterError::UnknownLabel { .. } => Failure::Permanent,
         }
     }
 }
@@ -108,6 +121,8 @@ pub struct OutputSchema {
     pub id_kind: IdKind,
     pub labels: Arc<Vec<String>>,
     pub sources: Sources,
+    /// `[writers] top_k`: the `top_labels` and `top_scores` columns.
+    pub top_k: Option<usize>,
     /// What all writers took so far, read by the progress display and the
     /// live metrics.
     pub live: Arc<LiveCounters>,
@@ -133,6 +148,29 @@ impl WriterConfig {
                 "commit_every_s must be a positive number of seconds".into(),
             ));
         }
+        if self.top_k == Some(0) {
+            return Err(WriterError::Config("top_k must be at least 1".into()));
+        }
         Ok(())
+    }
+
+    /// `top_k` against the classes of the labels file `labels`.
+    pub fn check_top_k(
+        &self,
+        top_k: usize,
+        n_labels: usize,
+        labels: &std::path::Path,
+    ) -> Result<(), WriterError> {
+        if top_k == 0 {
+            return Err(WriterError::Config("top_k must be at least 1".into()));
+        }
+        match top_k <= n_labels {
+            true => Ok(()),
+            false => Err(WriterError::TopK {
+                top_k,
+                n_labels,
+                labels: labels.to_path_buf(),
+            }),
+        }
     }
 }

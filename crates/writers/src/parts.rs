@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Float32Array, Int32Array, Int64Array, StringArray, StringDictionaryBuilder,
+    ArrayRef, Float32Array, Int32Array, Int64Array, ListArray, StringArray, StringDictionaryBuilder,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, FieldRef, Int32Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -15,7 +16,7 @@ use segpredict_checkpoint::store::Store;
 use segpredict_checkpoint::{CommittingParquet, FileEntry, FileError, FileKind};
 
 use super::{Compression, OutputSchema, WriterError};
-use segpredict_core::message::{IdKind, Predictions, RowId};
+use segpredict_core::message::{IdKind, Predictions, RowId, TopK};
 
 pub struct PartWriter {
     file: CommittingParquet,
@@ -25,9 +26,10 @@ pub struct PartWriter {
 
 /// The part files' columns, the one place they are decided: the id as
 /// read, the prediction, and where the row came from, so any order can be
-/// restored by sorting.
+/// restored by sorting; then, with `[writers] top_k`, the most probable
+/// classes. [`PartWriter`] fills them in this order.
 pub fn output_arrow_schema(output: &OutputSchema) -> SchemaRef {
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("id", id_type(output.id_kind), false),
         Field::new("label", DataType::Utf8, false),
         Field::new("label_id", DataType::Int32, false),
@@ -38,7 +40,63 @@ pub fn output_arrow_schema(output: &OutputSchema) -> SchemaRef {
             false,
         ),
         Field::new("source_row", DataType::Int64, false),
-    ]))
+    ];
+    if output.top_k.is_some() {
+        fields.push(Field::new_list(
+            "top_labels",
+            top_item(DataType::Utf8),
+            false,
+        ));
+        fields.push(Field::new_list(
+            "top_scores",
+            top_item(DataType::Float32),
+            false,
+        ));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// The items of the top-k list columns: never null.
+fn top_item(data_type: DataType) -> FieldRef {
+    Arc::new(Field::new_list_field(data_type, false))
+}
+
+/// The label names of class ids, each checked against the labels file.
+fn label_names<'a>(labels: &'a [String], ids: &[i32]) -> Result<Vec<&'a str>, WriterError> {
+    ids.iter()
+        .map(|&id| {
+            usize::try_from(id)
+                .ok()
+                .and_then(|i| labels.get(i))
+                .map(String::as_str)
+                .ok_or(WriterError::UnknownLabel {
+                    label_id: id,
+                    n_labels: labels.len(),
+                })
+        })
+        .collect()
+}
+
+/// `top_labels` and `top_scores`: `k` items per row, most probable first.
+fn top_columns(labels: &[String], top: &TopK) -> Result<[ArrayRef; 2], WriterError> {
+    let rows = top.label_ids.len() / top.k.max(1);
+    let offsets = || OffsetBuffer::from_lengths(std::iter::repeat_n(top.k, rows));
+    let names = StringArray::from(label_names(labels, &top.label_ids)?);
+    let scores = Float32Array::from(top.scores.clone());
+    Ok([
+        Arc::new(ListArray::new(
+            top_item(DataType::Utf8),
+            offsets(),
+            Arc::new(names),
+            None,
+        )),
+        Arc::new(ListArray::new(
+            top_item(DataType::Float32),
+            offsets(),
+            Arc::new(scores),
+            None,
+        )),
+    ])
 }
 
 pub fn properties(compression: Compression) -> WriterProperties {
@@ -88,20 +146,7 @@ impl PartWriter {
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
         let labels = &self.output.labels;
-        let label_names = p
-            .label_ids
-            .iter()
-            .map(|&id| {
-                usize::try_from(id)
-                    .ok()
-                    .and_then(|i| labels.get(i))
-                    .map(String::as_str)
-                    .ok_or(WriterError::UnknownLabel {
-                        label_id: id,
-                        n_labels: labels.len(),
-                    })
-            })
-            .collect::<Result<Vec<&str>, _>>()?;
+        let names = label_names(labels, &p.label_ids)?;
         let ids = id_array(self.output.id_kind, p);
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
         for row in &p.rows {
@@ -111,9 +156,9 @@ impl PartWriter {
                     .unwrap_or_default(),
             );
         }
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             ids,
-            Arc::new(StringArray::from(label_names)),
+            Arc::new(StringArray::from(names)),
             Arc::new(Int32Array::from(p.label_ids.clone())),
             Arc::new(Float32Array::from(p.scores.clone())),
             Arc::new(sources.finish()),
@@ -124,6 +169,10 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
+        // Asked for and not given, the columns are missing: an error below.
+        if let (Some(_), Some(top)) = (self.output.top_k, &p.top) {
+            columns.extend(top_columns(labels, top)?);
+        }
         let batch = RecordBatch::try_new(self.schema.clone(), columns);
         batch.map_err(|source| {
             WriterError::File(FileError::Arrow {

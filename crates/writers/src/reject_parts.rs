@@ -114,7 +114,7 @@ mod tests {
         let keys: Vec<String> = finals.iter().map(|f| f.key.clone()).collect();
         assert_eq!(store.list("").unwrap(), keys);
 
-        let dest = "_rejects.parquet";
+        let dest = segpredict_checkpoint::layout::REJECTS;
         let skipped = [SkippedFile {
             path: "c.parquet".into(),
             reason: "truncated".into(),
