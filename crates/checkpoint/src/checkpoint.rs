@@ -128,7 +128,7 @@ pub struct Checkpoint {
     /// This shard's log as read so far: each later look reads on from it
     /// (one request when nothing was appended), so a resume reads every
     /// record once, not once per question (`benches/store/resume.py`).
-    log_read: Arc<Mutex<LogState>>,
+    log_read: Arc<Mutex<Option<LogState>>>,
 }
 
 /// An attempt that began: its names, the store, the lock it holds until it
@@ -172,7 +172,7 @@ impl Checkpoint {
             overwrite,
             wait_for_lock: Duration::ZERO,
             on_lost_lock: None,
-            log_read: Arc::new(Mutex::new(LogState::empty())),
+            log_read: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -191,13 +191,16 @@ impl Checkpoint {
     /// This shard's commit log as it stands.
     pub fn log(&self) -> Result<LogState, CheckpointError> {
         let mut read = self.log_read.lock().unwrap_or_else(|e| e.into_inner());
-        read_on(self.store.as_ref(), self.shard, &mut read)?;
-        Ok(read.clone())
+        match read.as_mut() {
+            Some(state) => read_on(self.store.as_ref(), self.shard, state)?,
+            None => *read = Some(read_log(self.store.as_ref(), self.shard)?),
+        }
+        Ok(read.clone().unwrap_or_else(LogState::empty))
     }
 
     /// Forgets the log read so far: the output was replaced under it.
     fn forget_log(&self) {
-        *self.log_read.lock().unwrap_or_else(|e| e.into_inner()) = LogState::empty();
+        *self.log_read.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
