@@ -125,6 +125,17 @@ image variant="cuda" tag="": setup-image
 test-image: build setup-image
     bash tests/image/test.sh
 
+# tests/image/pods.sh, also part of test-image; uses segpredict:VERSION-cpu
+# if built (KEEP_IMAGE=1 just test-image, or just image cpu), else builds it.
+# The sharded Job as 3 pods of the CPU image, one killed, one paused past its lease, on S3 and Azurite.
+test-pods: build setup-image test-deps
+    #!/usr/bin/env bash
+    set -euo pipefail
+    . tests/image/common.sh
+    tag="segpredict:$(crate_version)-cpu"
+    if ! podman image exists "$tag"; then bash tests/image/build.sh cpu "$tag"; fi
+    bash tests/image/pods.sh "$tag"
+
 # fmt, clippy, tests: what CI runs.
 check: lint test
 

@@ -38,6 +38,8 @@ class Azure:
     def request(self, method, path, query=(), headers=None, body=b""):
         path = urllib.parse.quote(f"/{ACCOUNT}{path}")
         headers = {k.lower(): v for k, v in (headers or {}).items()}
+        if method == "PUT":  # urllib would add a form's type, unsigned
+            headers["content-type"] = "application/octet-stream"
         headers["x-ms-date"] = email.utils.formatdate(usegmt=True)
         headers["x-ms-version"] = "2021-08-06"
         standard = ["content-encoding", "content-language", None, "content-md5", "content-type", "date",
@@ -130,7 +132,10 @@ def main() -> None:
             with open(path, "wb") as f:
                 f.write(store.get(bucket, key))
     elif op == "committed":
-        sys.exit(0 if committed(store, bucket, *rest) else 1)
+        try:
+            sys.exit(0 if committed(store, bucket, *rest) else 1)
+        except OSError as e:  # the server busy or restarting: not yet
+            sys.exit(f"listing {bucket}: {e}")
     else:
         sys.exit(f"unknown operation {op}")
 
