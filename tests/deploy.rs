@@ -489,7 +489,11 @@ fn the_azure_jobs_pods_predict_every_row_once_into_the_container() {
     let ids = ids_of(&read_input(&input));
     let azurite = Azurite::shared();
     let container = azurite.unique_container("deploy-job-azure");
-    azurite.put(&container, "incoming/night/in.parquet", &std::fs::read(&input).unwrap());
+    azurite.put(
+        &container,
+        "incoming/night/in.parquet",
+        &std::fs::read(&input).unwrap(),
+    );
     let pipeline = Pipeline::new(&input, dir.path().join("unused"));
     let pipeline_file = pipeline.write(&dir.path().join("nightly.toml"));
     let resource = &resources(&["job-azure.yaml"])[0];
@@ -509,7 +513,12 @@ fn the_azure_jobs_pods_predict_every_row_once_into_the_container() {
         ),
         ("AZURE_ALLOW_HTTP", "true".to_string()),
     ]);
-    for pod in run_pods(job_spec(resource), &mounts, &secrets, "segpredict-night-azure") {
+    for pod in run_pods(
+        job_spec(resource),
+        &mounts,
+        &secrets,
+        "segpredict-night-azure",
+    ) {
         pod.expect_code(0);
     }
     let keys = azurite.list(&container, "predictions/night/");
