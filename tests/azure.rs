@@ -5,7 +5,8 @@
 //! row; runs killed at random moments resume; three shards share a prefix
 //! with one killed; a live lease refuses a second run naming its holder;
 //! a tenth of requests failing or reset through the fault proxy costs
-//! retries, not rows.
+//! retries, not rows; a part PUT landing after its writer was killed and a
+//! writer stopped past its lease are fenced (as `fenced.rs` on S3).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -365,5 +366,108 @@ fn a_tenth_of_azure_requests_failing_or_reset_costs_retries_not_rows() {
     assert!(
         report_u64(&report["store_requests"], "failed") > 0,
         "{report}"
+    );
+}
+
+fn finished(child: Child) -> (Option<i32>, String) {
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn wait_for(what: &str, limit: Duration, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_azure_part_put_landing_after_its_writer_was_killed_never_counts() {
+    let azurite = Azurite::shared();
+    let container = azurite.unique_container("zombie-put");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 300);
+    let input = upload_input(azurite, &container, &local);
+    let reference = Reference::of(&slowed(&local, &dir.path().join("reference")), &local);
+    let held = FaultRates {
+        hold: 1.0,
+        hold_seconds: 25.0,
+        methods: "PUT",
+        path_contains: "/out/part-",
+        ..FaultRates::default()
+    };
+    let proxy = FaultProxy::start_seeded(azurite.port(), held, 3);
+    let file = slowed_into(&input, &container, "out").write(&dir.path().join("p.toml"));
+    let mut first = spawn_az(proxy.endpoint(), &file, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    assert!(
+        kill_when(&mut first, deadline, || proxy.stats().hold > 0),
+        "the first run ended before a part PUT was held"
+    );
+    let rerun = run_az(azurite.endpoint(), &file, &[], dir.path());
+    rerun.expect_code(0);
+    wait_for("the held PUT to land", Duration::from_secs(40), || {
+        proxy.stats().held_landed > 0
+    });
+    let strays = azurite.list(&container, "out/part-a001-");
+    assert!(!strays.is_empty(), "no late part landed");
+    let again = run_az(azurite.endpoint(), &file, &[], dir.path());
+    assert_complete_in_container(azurite, &container, "out", &reference, &again, dir.path());
+    let left = azurite.list(&container, "out/part-a001-");
+    assert!(left.is_empty(), "the stray part stayed: {left:?}");
+}
+
+#[test]
+fn an_azure_writer_stopped_past_its_lease_is_fenced_and_stops() {
+    let azurite = Azurite::shared();
+    let container = azurite.unique_container("stalled");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 600);
+    let input = upload_input(azurite, &container, &local);
+    let reference = Reference::of(&slowed(&local, &dir.path().join("reference")), &local);
+    let mut pipeline = slowed_into(&input, &container, "out");
+    pipeline.storage_extra = vec!["lock_lease_s = 1.5".into()];
+    let file = pipeline.write(&dir.path().join("p.toml"));
+    let endpoint = azurite.endpoint();
+    let mut stale = spawn_az(endpoint, &file, &[]);
+    let committed = wait_until(&mut stale, Instant::now() + Duration::from_secs(60), || {
+        !azurite.list(&container, "out/part-a001-").is_empty()
+    });
+    assert!(committed, "the first run ended before committing a part");
+    // SAFETY: kill(2) on a child this test started and has not reaped.
+    unsafe { libc::kill(stale.id() as libc::pid_t, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(2500));
+    let newer = spawn_az(endpoint, &file, &["--wait-for-lock=30s"]);
+    wait_for(
+        "the second attempt's first part",
+        Duration::from_secs(60),
+        || !azurite.list(&container, "out/part-a002-").is_empty(),
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(stale.id() as libc::pid_t, libc::SIGCONT) };
+    let (code, stderr) = finished(stale);
+    assert_eq!(
+        code,
+        Some(1),
+        "the stale writer must stop retryably: {stderr}"
+    );
+    assert!(
+        stderr.contains("lost the shard's lock") || stderr.contains("superseded by attempt 2"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("INTERNAL ASSERT"), "{stderr}");
+    let (code, stderr) = finished(newer);
+    assert_eq!(code, Some(0), "{stderr}");
+    let again = run_az(endpoint, &file, &[], dir.path());
+    let report =
+        assert_complete_in_container(azurite, &container, "out", &reference, &again, dir.path());
+    assert_eq!(
+        report_u64(&report, "rows_rejected"),
+        0,
+        "false rejects: {report}"
     );
 }
