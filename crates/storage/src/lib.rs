@@ -443,4 +443,21 @@ mod tests {
         assert_eq!(url.relative("in/2026-12-040/b.parquet"), None);
         assert_eq!(url.url_of(&url.key("x")), "s3://nightly/in/2026-12-04/x");
     }
+
+    #[test]
+    fn options_build_a_client_of_its_own_and_an_unknown_key_is_refused() {
+        let options = [
+            ("azure_storage_account_name", "devstoreaccount1"),
+            ("azure_storage_account_key", "a2V5"),
+            (
+                "azure_storage_endpoint",
+                "http://127.0.0.1:1/devstoreaccount1",
+            ),
+            ("azure_allow_http", "true"),
+        ];
+        let url = ObjectUrl::with_options("az://night/out/", &options).unwrap();
+        assert_eq!(url.url(), "az://night/out/");
+        let bad = ObjectUrl::with_options("s3://night/out/", &[("aws_no_such_key", "1")]);
+        assert!(bad.unwrap_err().is_permanent());
+    }
 }
