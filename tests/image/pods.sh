@@ -77,11 +77,11 @@ az_port="$(start_server "$work/azurite.log" 'listens on http://127.0.0.1:' \
 # --- the input, the pipeline and one process's run of it ---
 mkdir -p "$work/job" "$work/job/in"
 cp models/digits-small.pt models/digits-small.labels.txt "$work/job/"
-# 600 rows of the sample in row groups of 20: 10 row groups a shard.
+# 1200 rows of the sample in row groups of 20: 20 row groups a shard.
 "$python" - "$work/job/in/input.parquet" <<'EOF'
 import sys
 import pyarrow.parquet as pq
-t = pq.read_table("sample_data/digits.parquet").slice(0, 600)
+t = pq.read_table("sample_data/digits.parquet").slice(0, 1200)
 pq.write_table(t, sys.argv[1], row_group_size=20)
 EOF
 # pipeline INPUT OUTPUT: the tests' slowed pipeline (tiny batches, a commit
@@ -146,6 +146,13 @@ wait_for() {
     return 1
 }
 
+# Whether shards 1 and 2 have each committed a part (the caller's `hands`
+# and `bucket`).
+shards_1_and_2_committed() {
+    "${hands[@]}" committed "$bucket" out part-s001of003- \
+        && "${hands[@]}" committed "$bucket" out part-s002of003-
+}
+
 # shards STORE ENDPOINT SCHEME ENVFILE: the whole scenario on one store.
 shards() {
     local store="$1" endpoint="$2" scheme="$3" envfile="$4"
@@ -157,15 +164,13 @@ shards() {
         || { fail "$store: the input is uploaded"; return; }
     pipeline "$scheme://$bucket/in/" "$scheme://$bucket/out/" > "$work/job/pipeline.toml"
     for i in 0 1 2; do pod "$envfile" "$store-$i" "$i"; done
-    check "$store: shard 1 commits a part" \
-        wait_for 120 "${hands[@]}" committed "$bucket" out part-s001of003-
+    # Both shards commit a part; then shard 1 is killed and shard 2 paused.
+    check "$store: shards 1 and 2 commit a part" wait_for 120 shards_1_and_2_committed
     podman kill -s KILL "$names-$store-1" >/dev/null
+    check "$store: shard 2's container pauses (the cgroup freezer)" podman pause "$names-$store-2"
     check "$store: shard 1's container, killed (SIGKILL), ends 137" test "$(exit_code "$store-1")" = 137
     pod "$envfile" "$store-1-again" 1 --wait-for-lock=60s
-    check "$store: shard 2 commits a part" \
-        wait_for 120 "${hands[@]}" committed "$bucket" out part-s002of003-
-    check "$store: shard 2's container pauses" podman pause "$names-$store-2"
-    sleep 5
+    sleep 5 # past shard 2's 3 s lease
     pod "$envfile" "$store-2-again" 2 --wait-for-lock=60s
     check "$store: shard 2's new pod takes the expired lease and commits" \
         wait_for 120 "${hands[@]}" committed "$bucket" out part-s002of003-a002-
@@ -210,7 +215,7 @@ printf '%s\n' AZURE_STORAGE_USE_EMULATOR=true AZURITE_BLOB_STORAGE_URL="http://1
     AZURE_ALLOW_HTTP=true SEGPREDICT_LOG=info > "$work/azure.env"
 check "each pod has its own hostname and PID namespace, non-root, read-only root" \
     test "$(podman run --rm --network host --uts private --hostname night-x --pid private "${PODMAN_LIMITS[@]}" \
-        --read-only --entrypoint /bin/sh "$tag" -c 'echo $(hostname) $$ $(id -u); touch /x 2>/dev/null || echo ro')" \
+        --read-only --entrypoint /bin/sh "$tag" -c 'echo "$(hostname) $$ $(id -u) $(touch /x 2>/dev/null && echo rw || echo ro)"')" \
         = "night-x 1 10001 ro"
 [ -n "${s3_port:-}" ] && shards s3 "http://127.0.0.1:$s3_port" s3 "$work/s3.env"
 [ -n "${az_port:-}" ] && shards azure "http://127.0.0.1:$az_port" az "$work/azure.env"
