@@ -24,6 +24,9 @@ repo="$PWD"
 . tests/image/common.sh
 
 tag="${1:?usage: tests/image/pods.sh IMAGE}"
+# Extra `podman run` arguments for every pod (mounts for a stand-in image
+# while debugging this script), split on spaces.
+read -r -a extra <<<"${PODS_RUN_ARGS:-}"
 python="${VIRTUAL_ENV:-$repo/.venv}/bin/python"
 host_bin="$repo/target/release/segpredict"
 azurite="$repo/tools/azure/node_modules/.bin/azurite-blob"
@@ -130,20 +133,28 @@ pod() {
     podman run -d --name "$names-$name" --network host --uts private --hostname "night-$name" \
         --pid private "${PODMAN_LIMITS[@]}" --read-only --cap-drop ALL \
         --security-opt no-new-privileges --tmpfs /tmp:rw,size=256m,mode=1777 \
-        -v "$work/job:/job:ro" --env-file "$envfile" -e "JOB_COMPLETION_INDEX=$index" \
+        -v "$work/job:/job:ro" --env-file "$envfile" -e "JOB_COMPLETION_INDEX=$index" "${extra[@]}" \
         "$tag" run /job/pipeline.toml --shards 3 "$@" >/dev/null
 }
 # exit_code NAME: waits for the container and prints its exit code.
 exit_code() { podman wait "$names-$1" 2>/dev/null | tail -n 1; }
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.2 s.
+# wait_for SECONDS COMMAND...: polls COMMAND until it succeeds or SECONDS
+# pass.
 wait_for() {
-    local limit="$1"
+    local deadline=$((SECONDS + $1))
     shift
-    for _ in $(seq $((limit * 5))); do
+    while [ "$SECONDS" -lt "$deadline" ]; do
         if "$@" >/dev/null 2>&1; then return 0; fi
         sleep 0.2
     done
     return 1
+}
+# show_pods STORE: every pod's state and last lines, for a failure.
+show_pods() {
+    for c in $(podman ps -a --format '{{.Names}}' | grep "^$names-$1-"); do
+        echo "--- $c: $(podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' "$c")" >&2
+        podman logs "$c" 2>&1 | tail -n 15 >&2
+    done
 }
 
 # Whether shards 1 and 2 have each committed a part (the caller's `hands`
@@ -165,7 +176,13 @@ shards() {
     pipeline "$scheme://$bucket/in/" "$scheme://$bucket/out/" > "$work/job/pipeline.toml"
     for i in 0 1 2; do pod "$envfile" "$store-$i" "$i"; done
     # Both shards commit a part; then shard 1 is killed and shard 2 paused.
-    check "$store: shards 1 and 2 commit a part" wait_for 120 shards_1_and_2_committed
+    if wait_for 180 shards_1_and_2_committed; then
+        pass "$store: shards 1 and 2 commit a part"
+    else
+        fail "$store: shards 1 and 2 commit a part"
+        show_pods "$store"
+        return
+    fi
     podman kill -s KILL "$names-$store-1" >/dev/null
     check "$store: shard 2's container pauses (the cgroup freezer)" podman pause "$names-$store-2"
     check "$store: shard 1's container, killed (SIGKILL), ends 137" test "$(exit_code "$store-1")" = 137
