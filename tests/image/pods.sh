@@ -149,6 +149,7 @@ wait_for() {
     done
     return 1
 }
+quietly() { "$@" >/dev/null; }
 # show_pods STORE: every pod's state and last lines, for a failure.
 show_pods() {
     for c in $(podman ps -a --format '{{.Names}}' | grep "^$names-$1-"); do
@@ -184,7 +185,7 @@ shards() {
         return
     fi
     podman kill -s KILL "$names-$store-1" >/dev/null
-    check "$store: shard 2's container pauses (the cgroup freezer)" podman pause "$names-$store-2"
+    check "$store: shard 2's container pauses (the cgroup freezer)" quietly podman pause "$names-$store-2"
     check "$store: shard 1's container, killed (SIGKILL), ends 137" test "$(exit_code "$store-1")" = 137
     pod "$envfile" "$store-1-again" 1 --wait-for-lock=60s
     sleep 5 # past shard 2's 3 s lease
