@@ -16,6 +16,8 @@
 #   - the merged output equals one process's run of the same pipeline on
 #     local disk: every id once, the same labels, `_SUCCESS`.
 #
+# About 4 1/2 minutes on two busy cores (254 s measured: the reference run
+# 49 s, each store's scenario about 100 s), on top of the image's build.
 # Needs the image, the venv (moto, boto3, pyarrow) and Azurite
 # (`just test-deps`). Removes its containers and servers afterwards.
 set -uo pipefail
