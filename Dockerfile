@@ -90,8 +90,25 @@ RUN cargo build --release --locked --bin segpredict \
     && readelf -d /usr/local/bin/segpredict > /tmp/dynamic \
     && if grep -i cuda /tmp/dynamic; then echo "the CPU binary needs CUDA" >&2; exit 1; fi
 
+# --- certs: Debian's CA bundle (Mozilla's roots) for the run stages ---
+# object_store's HTTP client loads the system's CA certificates when it is
+# built, and without any it cannot be built at all, not even for an http://
+# endpoint: without this bundle no s3://, gs:// or az:// location works in
+# the image (tests/image/pods.sh). Extracted, not installed: the build's RUN
+# steps have the host's bundle bind-mounted at its path (build.sh), which
+# the package's postinst would replace.
+FROM ${RUN_IMAGE} AS certs
+# hadolint ignore=DL3008,DL3003
+RUN apt-get update \
+    && cd /tmp && apt-get download ca-certificates \
+    && dpkg-deb -x ca-certificates_*.deb /tmp/ca \
+    && cat /tmp/ca/usr/share/ca-certificates/mozilla/*.crt > /tmp/ca-certificates.crt \
+    && test -s /tmp/ca-certificates.crt \
+    && rm -rf /var/lib/apt/lists/*
+
 # --- run: what every variant's run stage has ---
 FROM ${RUN_IMAGE} AS run-base
+COPY --from=certs /tmp/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 ARG VERSION=0.1.0
 ARG SOURCE=https://git.example.internal/segpredict
 LABEL org.opencontainers.image.title="segpredict" \

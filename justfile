@@ -33,7 +33,8 @@ run: build
 # test pushes to (Debian's prometheus-pushgateway; installed only when the
 # binary is missing, as root or with sudo), and tools/requirements-test.txt
 # (moto's S3 server for the object-storage tests) into the venv, stamped like
-# `setup`. `just test` runs this itself.
+# `setup`, and Azurite (npm, pinned: tools/azure/) for the Azure tests.
+# `just test` runs this itself.
 test-deps: setup
     #!/usr/bin/env bash
     set -euo pipefail
@@ -42,6 +43,20 @@ test-deps: setup
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "{{python}}" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
         echo "$want" > "$stamp"
+    fi
+    # Azurite (Azure Blob emulator), pinned in tools/azure/package-lock.json.
+    azstamp=tools/azure/node_modules/.segpredict-test-deps
+    azwant="$(sha256sum tools/azure/package-lock.json | cut -d' ' -f1)"
+    if [ ! -f "$azstamp" ] || [ "$(cat "$azstamp")" != "$azwant" ]; then
+        if ! command -v npm >/dev/null; then
+            sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+            echo "installing npm (Debian) for Azurite, the Azure tests' emulator" >&2
+            $sudo apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm
+        fi
+        echo "installing Azurite (npm ci in tools/azure) for the Azure tests" >&2
+        (cd tools/azure && npm ci --no-audit --no-fund --loglevel=error)
+        echo "$azwant" > "$azstamp"
     fi
     if command -v prometheus-pushgateway >/dev/null; then exit 0; fi
     sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -109,6 +124,17 @@ image variant="cuda" tag="": setup-image
 # The image test: the CPU image predicts the sample (no network, non-root, read-only) as the binary.
 test-image: build setup-image
     bash tests/image/test.sh
+
+# tests/image/pods.sh, also part of test-image; uses segpredict:VERSION-cpu
+# if built (KEEP_IMAGE=1 just test-image, or just image cpu), else builds it.
+# The sharded Job as 3 pods of the CPU image, one killed, one paused past its lease, on S3 and Azurite.
+test-pods: build setup-image test-deps
+    #!/usr/bin/env bash
+    set -euo pipefail
+    . tests/image/common.sh
+    tag="segpredict:$(crate_version)-cpu"
+    if ! podman image exists "$tag"; then bash tests/image/build.sh cpu "$tag"; fi
+    bash tests/image/pods.sh "$tag"
 
 # fmt, clippy, tests: what CI runs.
 check: lint test

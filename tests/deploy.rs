@@ -5,6 +5,7 @@
 //! would run them, produce one complete output. The bucket variant
 //! (`job-s3.yaml`) is the same Job reading and writing `s3://`, its
 //! credentials from a Secret only; its pods run against moto's S3 server.
+//! The Azure variant (`job-azure.yaml`, `az://`) likewise, against Azurite.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,8 +77,8 @@ fn shards_in_command(container: &Value) -> u64 {
 
 #[test]
 fn manifests_validate_and_fail_an_index_only_on_permanent_exit_codes() {
-    let resources = resources(&["job.yaml", "cronjob.yaml", "job-s3.yaml"]);
-    assert_eq!(resources.len(), 3);
+    let resources = resources(&["job.yaml", "cronjob.yaml", "job-s3.yaml", "job-azure.yaml"]);
+    assert_eq!(resources.len(), 4);
     for resource in &resources {
         let name = resource["metadata"]["name"].as_str().unwrap();
         let spec = job_spec(resource);
@@ -448,6 +449,87 @@ fn the_bucket_jobs_pods_predict_every_row_once_into_the_bucket() {
     server
         .client()
         .download(&bucket, "predictions/night/", &out);
+    let output = read_output(&out);
+    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
+    assert_same_predictions_as_baseline(&output);
+}
+
+#[test]
+fn the_azure_job_is_the_indexed_job_on_az_with_credentials_from_a_secret_only() {
+    let both = resources(&["job-s3.yaml", "job-azure.yaml"]);
+    let [on_s3, on_azure] = &both[..] else {
+        panic!("two resources")
+    };
+    let (s3, azure) = (container(job_spec(on_s3)), container(job_spec(on_azure)));
+    assert_eq!(s3["command"], azure["command"]);
+    assert_eq!(s3["args"], azure["args"]);
+    assert_eq!(s3["volumeMounts"], azure["volumeMounts"]);
+    assert_eq!(s3["securityContext"], azure["securityContext"]);
+    for name in ["INPUT", "OUTPUT"] {
+        let value = env_var(azure, name)["value"].as_str().unwrap();
+        assert!(value.starts_with("az://"), "{name} = {value}");
+    }
+    for (name, optional) in [
+        ("AZURE_STORAGE_ACCOUNT_NAME", false),
+        ("AZURE_STORAGE_ACCOUNT_KEY", false),
+        ("AZURE_STORAGE_ENDPOINT", true),
+        ("AZURE_ALLOW_HTTP", true),
+    ] {
+        let secret = &env_var(azure, name)["valueFrom"]["secretKeyRef"];
+        assert_eq!(secret["name"], "segpredict-azure", "{name}");
+        assert_eq!(secret["key"], name);
+        assert_eq!(secret["optional"] == true, optional, "{name}: {secret}");
+    }
+}
+
+#[test]
+fn the_azure_jobs_pods_predict_every_row_once_into_the_container() {
+    let dir = tmp();
+    let input = rowgroups_input(dir.path(), 300, 25);
+    let ids = ids_of(&read_input(&input));
+    let azurite = Azurite::shared();
+    let container = azurite.unique_container("deploy-job-azure");
+    azurite.put(
+        &container,
+        "incoming/night/in.parquet",
+        &std::fs::read(&input).unwrap(),
+    );
+    let pipeline = Pipeline::new(&input, dir.path().join("unused"));
+    let pipeline_file = pipeline.write(&dir.path().join("nightly.toml"));
+    let resource = &resources(&["job-azure.yaml"])[0];
+    let mounts = BTreeMap::from([
+        ("PIPELINE", pipeline_file.display().to_string()),
+        ("INPUT", format!("az://{container}/incoming/night/")),
+        ("OUTPUT", format!("az://{container}/predictions/night/")),
+    ]);
+    // What the Secret holds: the account, its key and the endpoint (no
+    // emulator switch: the path a real account with a private endpoint takes).
+    let secrets = BTreeMap::from([
+        ("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT.to_string()),
+        ("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY.to_string()),
+        (
+            "AZURE_STORAGE_ENDPOINT",
+            format!("{}/{AZURITE_ACCOUNT}", azurite.endpoint()),
+        ),
+        ("AZURE_ALLOW_HTTP", "true".to_string()),
+    ]);
+    for pod in run_pods(
+        job_spec(resource),
+        &mounts,
+        &secrets,
+        "segpredict-night-azure",
+    ) {
+        pod.expect_code(0);
+    }
+    let keys = azurite.list(&container, "predictions/night/");
+    assert!(
+        keys.contains(&"predictions/night/_SUCCESS".to_string()),
+        "{keys:?}"
+    );
+    let out = dir.path().join("night");
+    azurite
+        .client()
+        .download(&container, "predictions/night/", &out);
     let output = read_output(&out);
     assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
     assert_same_predictions_as_baseline(&output);

@@ -33,6 +33,9 @@
 //!   resumes; `gs://` outputs wait on
 //!   the emulator's XML PUT (the check that it still refuses it, and the
 //!   write tests ignored until it does).
+//! * `azure`: Azure Blob Storage against Azurite (`util/azure.rs`): the
+//!   store conformance suite (and against moto's S3 server), the sample
+//!   round trip, kills and resume, three shards, the lease, the fault proxy.
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
 //!   S3 server on loopback, the fault proxy in front of it
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
@@ -51,6 +54,7 @@
 mod util;
 
 mod aoti;
+mod azure;
 mod deploy;
 mod docs;
 mod engines;

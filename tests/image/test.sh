@@ -12,7 +12,10 @@
 #   - `segpredict run` on the sample inside, into a mounted directory,
 #     gives the binary's outside labels row for row;
 #   - the manifests' image, the Dockerfile's OCI labels and the docs'
-#     container chapter (docs/src/container.md) name the same image, version and source.
+#     container chapter (docs/src/container.md) name the same image, version and source;
+#   - (cpu) the sharded Job as three pods of the image, on moto's S3 server
+#     and on Azurite, one killed, one paused past its lease:
+#     tests/image/pods.sh.
 #
 # Needs target/release/segpredict (`just build`) and the venv's pyarrow.
 # Skips (exit 0, saying so) only where podman cannot be installed. Removes
@@ -274,5 +277,14 @@ check "the image's source label is the Dockerfile's ($source_label)" \
 readme="$(cat docs/src/container.md)"
 check "docs/src/container.md names $ref" grep -qF "$ref" <<<"$readme"
 check "docs/src/container.md names the source $source_label" grep -qF "$source_label" <<<"$readme"
+
+# --- the sharded Job as pods (tests/image/pods.sh): killed, paused, fenced ---
+if [ "$variant" = cpu ]; then
+    t0=$SECONDS
+    bash tests/image/pods.sh "$tag" 2>&1 | tee "$work/pods.txt"
+    pods_ok=${PIPESTATUS[0]}
+    check "the sharded Job as three pods, on S3 and Azure, equals one process ($((SECONDS - t0)) s)" \
+        test "$pods_ok" = 0
+fi
 
 finish

@@ -28,6 +28,9 @@ pub use s3::*;
 mod gcs;
 pub use gcs::*;
 
+mod azure;
+pub use azure::*;
+
 pub const SAMPLE_ROWS: usize = 2000;
 
 pub fn repo() -> PathBuf {

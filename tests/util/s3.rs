@@ -98,7 +98,7 @@ fn werkzeug_port(line: &str) -> Option<u16> {
 }
 
 /// The proxy's first stdout line: its port alone.
-fn bare_port(line: &str) -> Option<u16> {
+pub(super) fn bare_port(line: &str) -> Option<u16> {
     line.trim().parse().ok()
 }
 
@@ -795,7 +795,7 @@ impl S3Client {
 }
 
 /// The text inside each `<name>…</name>` in `xml` (no nesting of `name`).
-fn xml_elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
+pub(super) fn xml_elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     let mut found = Vec::new();
     let mut rest = xml;
@@ -808,7 +808,7 @@ fn xml_elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
     found
 }
 
-fn xml_unescape(text: &str) -> String {
+pub(super) fn xml_unescape(text: &str) -> String {
     text.replace("&quot;", "\"")
         .replace("&apos;", "'")
         .replace("&lt;", "<")
@@ -923,7 +923,7 @@ pub fn uri_encode(text: &str, encode_slash: bool) -> String {
 }
 
 /// HMAC (RFC 2104) over SHA-256, with its 64-byte block.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+pub(super) fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
     let mut block = [0u8; 64];
     if key.len() > 64 {
         block[..32].copy_from_slice(&Sha256::digest(key));

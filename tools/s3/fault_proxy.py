@@ -1,14 +1,17 @@
 """A fault-injecting HTTP/1.1 proxy for loopback tests of object storage.
 
 It sits between an S3 client (segpredict, boto3, a test) and an
-S3-compatible server (moto's, started by tests/util/s3.rs) and forwards
+S3-compatible server (moto's, started by tests/util/s3.rs), or an Azure
+Blob client and Azurite (tests/util/azure.rs: SharedKey signs no host, so
+it passes unchanged too; a "fail" there is Azure's 503 ServerBusy), and forwards
 every request unchanged: method, target, headers (Host included, so a SigV4
 signature made for the proxy's address still matches what the server sees)
 and body, relayed as the raw bytes read off the socket (Content-Length or
 chunked framing, so `aws-chunked` / `STREAMING-...` payloads pass through
 untouched). For a share of requests it injects a fault instead:
 
-  fail           answer 503 SlowDown (S3's XML error) without forwarding
+  fail           answer 503 SlowDown (S3's XML error; ServerBusy to a
+                 request with x-ms-version) without forwarding
   reset          reset the connection (SO_LINGER 0): before any response,
                  not forwarded; or, for a GET, half the body then the reset
                  (the request was served)
@@ -236,7 +239,20 @@ def reset(conn: socket.socket) -> None:
         conn.close()
 
 
-def slow_down(request_id: str) -> bytes:
+def slow_down(request_id: str, azure: bool = False) -> bytes:
+    """S3's 503 SlowDown, or for an Azure request (it carries x-ms-version)
+    the Blob service's 503 ServerBusy, each in its own error shape."""
+    if azure:
+        body = (
+            '<?xml version="1.0" encoding="utf-8"?>\n<Error><Code>ServerBusy</Code>'
+            f"<Message>The server is currently unable to receive requests. RequestId:{request_id}</Message></Error>"
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Server Busy\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(body)}\r\nx-ms-request-id: {request_id}\r\n"
+            "x-ms-error-code: ServerBusy\r\n\r\n"
+        ).encode()
+        return head + body
     body = (
         '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
         "<Message>Please reduce your request rate.</Message>"
@@ -292,7 +308,8 @@ class Exchange:
         self.entry["fault"] = fault
         if fault == "fail":
             self.state.count(fail=1)
-            self.conn.sendall(slow_down(f"proxy{random.getrandbits(32):08x}"))
+            azure = bool(self.head.header("x-ms-version"))
+            self.conn.sendall(slow_down(f"proxy{random.getrandbits(32):08x}", azure))
             self.state.record({**self.entry, "status": 503, "bytes_in": len(body), "bytes_out": 0})
             return not expect  # the unsent body would desynchronise the stream
         if fault == "reset" and not (self.method == "GET" and mid_body):

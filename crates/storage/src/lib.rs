@@ -198,6 +198,19 @@ pub struct ObjectUrl {
 
 impl ObjectUrl {
     fn parse(text: &str) -> Result<ObjectUrl, StorageError> {
+        Self::parse_with(text, None)
+    }
+
+    /// `text` (an object-store URL) with a client of its own, built from
+    /// `options` (object_store's configuration keys and values, such as
+    /// `azure_storage_account_name` or `aws_endpoint`) over the
+    /// environment, not shared with [`Location::parse`]'s: for tests and
+    /// tools that reach a store the process's environment does not name.
+    pub fn with_options(text: &str, options: &[(&str, &str)]) -> Result<ObjectUrl, StorageError> {
+        Self::parse_with(text, Some(options))
+    }
+
+    fn parse_with(text: &str, options: Option<&[(&str, &str)]>) -> Result<ObjectUrl, StorageError> {
         let bad = |reason: &str| StorageError::Url {
             location: text.to_string(),
             reason: reason.to_string(),
@@ -208,7 +221,15 @@ impl ObjectUrl {
             return Err(bad("no bucket or container in the URL"));
         }
         let bucket_url = format!("{scheme}://{bucket}");
-        let store = connect(&bucket_url)?;
+        let store = match options {
+            None => connect(&bucket_url)?,
+            Some(options) => {
+                build(&bucket_url, options).map_err(|error| StorageError::Connect {
+                    location: bucket_url.clone(),
+                    error,
+                })?
+            }
+        };
         Ok(ObjectUrl {
             bucket_url,
             prefix: prefix.trim_matches('/').to_string(),
@@ -331,7 +352,7 @@ fn connect(bucket_url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
     if let Some(client) = clients.get(bucket_url) {
         return Ok(client.clone());
     }
-    let client = build(bucket_url).map_err(|error| StorageError::Connect {
+    let client = build(bucket_url, &[]).map_err(|error| StorageError::Connect {
         location: bucket_url.to_string(),
         error,
     })?;
@@ -339,33 +360,50 @@ fn connect(bucket_url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
     Ok(client)
 }
 
-fn build(bucket_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+/// A client of `bucket_url` from the environment, then `options`
+/// (object_store's configuration keys) over it.
+fn build(bucket_url: &str, options: &[(&str, &str)]) -> object_store::Result<Arc<dyn ObjectStore>> {
     use object_store::{aws, azure, gcp};
     let scheme = bucket_url.split_once("://").map_or("", |(s, _)| s);
     let retry = retry_config();
     let connector = counting::CountingConnector;
     Ok(match scheme {
-        "s3" | "s3a" => Arc::new(
-            aws::AmazonS3Builder::from_env()
-                .with_url(bucket_url)
-                .with_retry(retry)
-                .with_http_connector(connector)
-                .build()?,
-        ),
-        "gs" => Arc::new(
-            gcp::GoogleCloudStorageBuilder::from_env()
-                .with_url(bucket_url)
-                .with_retry(retry)
-                .with_http_connector(connector)
-                .build()?,
-        ),
-        _ => Arc::new(
-            azure::MicrosoftAzureBuilder::from_env()
-                .with_url(bucket_url)
-                .with_retry(retry)
-                .with_http_connector(connector)
-                .build()?,
-        ),
+        "s3" | "s3a" => {
+            let mut builder = aws::AmazonS3Builder::from_env().with_url(bucket_url);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse()?, *value);
+            }
+            Arc::new(
+                builder
+                    .with_retry(retry)
+                    .with_http_connector(connector)
+                    .build()?,
+            )
+        }
+        "gs" => {
+            let mut builder = gcp::GoogleCloudStorageBuilder::from_env().with_url(bucket_url);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse()?, *value);
+            }
+            Arc::new(
+                builder
+                    .with_retry(retry)
+                    .with_http_connector(connector)
+                    .build()?,
+            )
+        }
+        _ => {
+            let mut builder = azure::MicrosoftAzureBuilder::from_env().with_url(bucket_url);
+            for (key, value) in options {
+                builder = builder.with_config(key.parse()?, *value);
+            }
+            Arc::new(
+                builder
+                    .with_retry(retry)
+                    .with_http_connector(connector)
+                    .build()?,
+            )
+        }
     })
 }
 
@@ -404,5 +442,22 @@ mod tests {
         );
         assert_eq!(url.relative("in/2026-12-040/b.parquet"), None);
         assert_eq!(url.url_of(&url.key("x")), "s3://nightly/in/2026-12-04/x");
+    }
+
+    #[test]
+    fn options_build_a_client_of_its_own_and_an_unknown_key_is_refused() {
+        let options = [
+            ("azure_storage_account_name", "devstoreaccount1"),
+            ("azure_storage_account_key", "a2V5"),
+            (
+                "azure_storage_endpoint",
+                "http://127.0.0.1:1/devstoreaccount1",
+            ),
+            ("azure_allow_http", "true"),
+        ];
+        let url = ObjectUrl::with_options("az://night/out/", &options).unwrap();
+        assert_eq!(url.url(), "az://night/out/");
+        let bad = ObjectUrl::with_options("s3://night/out/", &[("aws_no_such_key", "1")]);
+        assert!(bad.unwrap_err().is_permanent());
     }
 }
