@@ -413,15 +413,16 @@ impl LogWriter {
     /// logged and the run goes on.
     fn write_checkpoint(&self, seq: u64, state: &LogState) {
         let key = OutputLayout::log_checkpoint(self.shard, seq);
-        let written = serde_json::to_vec(state)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                self.store
-                    .put_if_absent(&key, &bytes)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(error) = written {
+        let failed = |error: &dyn std::error::Error| {
             tracing::warn!(file = %self.store.locate(&key), %error, "could not write a log checkpoint");
+        };
+        match serde_json::to_vec(state) {
+            Ok(bytes) => {
+                if let Err(error) = self.store.put_if_absent(&key, &bytes) {
+                    failed(&error);
+                }
+            }
+            Err(error) => failed(&error),
         }
     }
 
