@@ -22,29 +22,64 @@ use segpredict_core::done::DoneSet;
 use segpredict_core::shard::ShardSpec;
 use segpredict_report::RunReport;
 
+/// Why the output location cannot be used as this run's checkpoint, or why
+/// reading or writing its protocol files failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The location holds a different run's output and `--overwrite` was
+    /// not given: nothing is touched.
     #[error("output {location} holds another run's output ({}); pass --overwrite to replace it", differences.join("; "))]
     Refused {
+        /// The output location, as the user gave it.
         location: String,
+        /// Each way the recorded manifest differs from this run's, one
+        /// phrase each, for the message.
         differences: Vec<String>,
     },
+    /// segpredict's names without its manifest: not provably ours, so not
+    /// removed even with `--overwrite`.
     #[error("output {location} holds segpredict's file names but no run manifest ({found}); segpredict removes only what its own runs recorded: remove them or choose another output")]
-    Unmanaged { location: String, found: String },
+    Unmanaged {
+        /// The output location, as the user gave it.
+        location: String,
+        /// The first name found and how many there are, for the message.
+        found: String,
+    },
+    /// Files that are not segpredict's: a run never writes beside or
+    /// removes them.
     #[error("output {location} holds files segpredict did not write ({found}); it writes only into an empty directory or its own run's output, and never removes other files (not with --overwrite either)")]
-    Foreign { location: String, found: String },
+    Foreign {
+        /// The output location, as the user gave it.
+        location: String,
+        /// The first foreign name and how many there are, for the message.
+        found: String,
+    },
+    /// Another live process holds this shard's lock (after waiting
+    /// `--wait-for-lock`, if given).
     #[error("output {location}: shard {shard} is being written by another process ({}); run again when it has ended, or pass --wait-for-lock DURATION to wait for it", holder.described())]
     Locked {
+        /// The output location, as the user gave it.
         location: String,
+        /// The shard whose lock is held.
         shard: ShardSpec,
+        /// Who holds the lock (host, process, since when), as its lock
+        /// file says.
         holder: Holder,
     },
+    /// Another process wrote this attempt's start marker (or the manifest)
+    /// first, starting the same attempt: this one backs off.
     #[error("{location} was written by another process starting the same attempt; run again")]
-    AttemptTaken { location: String },
+    AttemptTaken {
+        /// The marker or manifest the other process wrote.
+        location: String,
+    },
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The run manifest could not be read or written.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The shard's commit log could not be read or appended to.
     #[error(transparent)]
     Log(#[from] LogError),
 }
@@ -99,14 +134,18 @@ impl std::fmt::Display for Verdict {
 /// The accounting a shard records when it is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ShardAccounting {
+    /// The shard's rows by outcome, summed over all its attempts.
     pub rows: RowCounts,
+    /// How many attempts the shard took, the one that finished included.
     pub attempts: u32,
 }
 
 /// What each shard records when it is done, for the commit.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShardDone {
+    /// The shard that finished.
     pub shard: ShardSpec,
+    /// Its rows and attempts, which the commit sums over the shards.
     pub accounting: ShardAccounting,
     /// The shard's own run report.
     pub report: RunReport,
@@ -136,12 +175,17 @@ pub struct Checkpoint {
 /// commit-log records (the only way anything it writes becomes visible).
 #[derive(Debug)]
 pub struct Attempt {
+    /// The output location's store, which every file of the attempt goes
+    /// through.
     pub store: Arc<dyn Store>,
+    /// The names of the output (the attempt's own are in `log`'s records).
     pub layout: OutputLayout,
     /// Rows earlier attempts committed, as the log counts them.
     pub done: DoneSet,
     /// The batch-record files earlier attempts committed.
     pub earlier_batch_files: Vec<crate::log::FileEntry>,
+    /// Appends this attempt's records to the shard's commit log: a file
+    /// counts only once a record here names it.
     pub log: LogWriter,
     lock: Box<dyn Lock>,
 }
@@ -159,6 +203,11 @@ pub enum Begun {
 }
 
 impl Checkpoint {
+    /// The checkpoint of the run `manifest` describes, for `shard`, at
+    /// `store`. Touches nothing until [`Checkpoint::verdict`] or
+    /// [`Checkpoint::begin`]; `overwrite` lets `begin` replace another
+    /// run's output (never foreign files). Refuses a held lock at once
+    /// unless [`Checkpoint::waiting_for_lock`] says otherwise.
     pub fn new(
         store: Arc<dyn Store>,
         manifest: RunManifest,
@@ -203,10 +252,13 @@ impl Checkpoint {
         *self.log_read.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// The output location's store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
+    /// This run's manifest: what the output at this location must be of
+    /// to be resumed rather than refused or replaced.
     pub fn manifest(&self) -> &RunManifest {
         &self.manifest
     }

@@ -36,8 +36,11 @@ use segpredict_report::RunReport;
 /// whole run, read back by a rerun of a finished run for its exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Totals {
+    /// The run's rows by outcome, summed over shards and attempts.
     #[serde(flatten)]
     pub rows: RowCounts,
+    /// Attempts summed over the shards (a run of one shard resumed once
+    /// counts 2).
     pub attempts: u32,
     /// Input files left out (`on_bad_file = "skip"`).
     pub skipped_files: u64,
@@ -46,6 +49,7 @@ pub struct Totals {
 /// Whether a run could be committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommitState {
+    /// `_SUCCESS` is written: the run is complete, with these totals.
     Committed(Totals),
     /// These shards are not done yet.
     Waiting(Vec<u32>),
@@ -54,31 +58,56 @@ pub enum CommitState {
 /// Why a run could not be committed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// The location has no run manifest: `segpredict commit` was pointed
+    /// at something that is not a run's output.
     #[error("{location} holds no segpredict run (no _run.json)")]
-    NoRun { location: String },
+    NoRun {
+        /// The output location.
+        location: String,
+    },
+    /// The shards' accounting does not add up against the manifest or
+    /// the files their logs count: the run is not committed.
     #[error("{location}: {problem}; the output is incomplete")]
-    Accounting { location: String, problem: String },
+    Accounting {
+        /// The output location.
+        location: String,
+        /// What does not add up, with the numbers, for the message.
+        problem: String,
+    },
+    /// Reading the shards' logs or markers failed.
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
+    /// Reading back or merging a committed file failed (its checksum
+    /// included).
     #[error(transparent)]
     File(#[from] FileError),
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A committed Parquet file could not be read.
     #[error("reading {location}")]
     Parquet {
+        /// The file.
         location: String,
+        /// What the Parquet reader said.
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A committed Parquet file lacks the columns the merge needs.
     #[error("reading {location}")]
     Arrow {
+        /// The file.
         location: String,
+        /// What Arrow said.
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// `_report.json` could not be written, or read back by a rerun.
     #[error("writing {location}")]
     Json {
+        /// The `_report.json` location.
         location: String,
+        /// What serde_json said.
         #[source]
         source: serde_json::Error,
     },
@@ -105,20 +134,31 @@ impl Classify for CommitError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RunSummary {
+    /// A run of several shards: the totals over them and each one's report.
     Sharded(ShardedSummary),
+    /// A run of one shard: its own report, as it is.
     Single(Box<RunReport>),
 }
 
+/// `_report.json` of a sharded run: the sums over the shards, then each
+/// shard's own report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShardedSummary {
+    /// Rows, attempts and skipped files summed over the shards.
     #[serde(flatten)]
     pub totals: Totals,
+    /// Batches summed over the shards.
     pub batches: u64,
+    /// The merged batch records, relative to the output location
+    /// (`_segpredict/batches.parquet`).
     pub batches_file: String,
+    /// Every shard's own report.
     pub shards: Vec<RunReport>,
 }
 
 impl RunSummary {
+    /// The whole run's totals, whichever form the summary has: what a
+    /// rerun of a finished run takes its exit code from.
     pub fn totals(&self) -> Totals {
         match self {
             RunSummary::Sharded(s) => s.totals,

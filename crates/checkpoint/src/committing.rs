@@ -32,6 +32,9 @@ pub fn streamed_properties() -> WriterProperties {
         .build()
 }
 
+/// One Parquet file being streamed to the store under its final key:
+/// visible only after [`CommittingParquet::commit`] (and counted only once
+/// a commit record names it); dropped uncommitted, nothing of it remains.
 pub struct CommittingParquet {
     writer: Option<ArrowWriter<Hashed>>,
     key: String,
@@ -63,14 +66,21 @@ impl Write for Hashed {
 /// A file made visible: what its commit record says of it.
 #[derive(Debug)]
 pub struct Written {
+    /// The file's key in the store, relative to the output location.
     pub key: String,
+    /// Data rows in the file.
     pub rows: u64,
+    /// The file's size in bytes, as uploaded.
     pub bytes: u64,
+    /// SHA-256 of the file's bytes, lowercase hex: a reader checks it
+    /// ([`read_verified`]).
     pub sha256: String,
+    /// The input rows the file holds, which resume skips once it counts.
     pub coverage: Coverage,
 }
 
 impl Written {
+    /// The commit-log record entry naming this file as a `kind` file.
     pub fn entry(self, kind: FileKind) -> FileEntry {
         FileEntry {
             key: self.key,
@@ -117,14 +127,19 @@ impl CommittingParquet {
         self.coverage.add(origin);
     }
 
+    /// The file's full location, for messages.
     pub fn location(&self) -> &str {
         &self.location
     }
 
+    /// Rows written so far: the writers commit at `rows_per_file`.
     pub fn rows(&self) -> usize {
         self.rows
     }
 
+    /// Appends `batch` (of the schema given to [`Self::create`]); the
+    /// writer holds up to a row group in memory before it uploads it.
+    /// Errors once the file is committed.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), FileError> {
         let writer = self.writer.as_mut().ok_or_else(|| FileError::Closed {
             location: self.location.clone(),

@@ -39,10 +39,18 @@ pub const BATCHES: &str = "_segpredict/batches.parquet";
 pub const LEGACY_RUN_FILES: [&str; 2] = ["_rejects.parquet", "_batches.parquet"];
 /// The folders of `REJECTS` and `BATCHES`, with their slash.
 const RUN_FOLDERS: [&str; 2] = ["_rejects/", "_segpredict/"];
+/// The whole run's report (the run's commit).
 pub const REPORT_JSON: &str = "_report.json";
+/// The whole run's plot (the run's commit).
 pub const REPORT_SVG: &str = "_report.svg";
+/// Written last by the run's commit: its presence says the output is
+/// complete, and that `_report.json` holds the final totals.
 pub const SUCCESS: &str = "_SUCCESS";
+/// The run manifest: what the run is, written before any data file, so an
+/// output holding it is provably ours (manifest.rs).
 pub const MANIFEST: &str = "_run.json";
+/// The folder of everything a run writes as it goes (committed rejects
+/// and batch records, attempt markers, logs, locks), without its slash.
 pub const PROGRESS: &str = "_progress";
 /// The tag of temporary files written by `segpredict commit` by hand.
 pub const COMMIT_TAG: &str = "commit";
@@ -50,7 +58,9 @@ pub const COMMIT_TAG: &str = "commit";
 /// The shard and attempt whose files these are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptNames {
+    /// The shard ([`ShardSpec::WHOLE`] unsharded).
     pub shard: ShardSpec,
+    /// The attempt's number within its shard, from 1.
     pub attempt: u32,
 }
 
@@ -67,8 +77,11 @@ impl AttemptNames {
 /// What a committed data file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataKind {
+    /// Predictions: `part-*.parquet` at the top, the output's one table.
     Part,
+    /// Rejected rows (`_progress/rejects-*`), merged into [`REJECTS`].
     Rejects,
+    /// Batch records (`_progress/batches-*`), merged into [`BATCHES`].
     Batches,
 }
 
@@ -85,19 +98,28 @@ impl DataKind {
 /// A key this program writes, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Name {
+    /// A data file one writer thread of one attempt committed.
     Data {
+        /// What the file holds.
         kind: DataKind,
+        /// The shard and attempt that wrote it.
         names: AttemptNames,
+        /// The writer thread, from 0.
         writer: usize,
+        /// The file's number among that writer's files, from 1.
         seq: usize,
     },
+    /// `_progress/attempt-S-aAAA.json`: written when the attempt begins,
+    /// so no two processes start the same attempt.
     AttemptMarker(AttemptNames),
     /// Record `seq` (from 1) of a shard's commit log.
     LogRecord(ShardSpec, u64),
     /// The log's state up to record `seq`, written beside it so that a
     /// reader starts there (Delta Lake's checkpoints).
     LogCheckpoint(ShardSpec, u64),
+    /// A sharded run's per-shard plot (`_progress/report-S.svg`).
     ShardSvg(ShardSpec),
+    /// The shard's lock, held by its one writing process.
     Lock(ShardSpec),
     /// A file being written (or left by a killed writer), with the tag of
     /// the process writing it.
@@ -230,10 +252,12 @@ impl OutputLayout {
         })
     }
 
+    /// The layout of the attempt and shard `names` gives.
     pub fn for_attempt(names: AttemptNames) -> Self {
         Self { names }
     }
 
+    /// The shard and attempt whose files this layout names.
     pub fn names(&self) -> AttemptNames {
         self.names
     }

@@ -12,6 +12,8 @@
 //! are the `segpredict-writers` crate's, above this one; the formats this
 //! crate reads back or merges (`rejects.rs`, `batches.rs`) are here.
 
+#![warn(missing_docs)]
+
 pub mod batches;
 pub mod checkpoint;
 pub mod commit;
@@ -33,24 +35,42 @@ pub use segpredict_store::{open_store, LocalStore, Store, StoreError};
 /// Why a file the checkpoint writes, reads back or merges failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    /// The store failed (a checksum that does not match included).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The Parquet writer or reader failed.
     #[error("writing {location}")]
     Parquet {
+        /// The file.
         location: String,
+        /// What the Parquet crate said.
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A record batch could not be built from the rows.
     #[error("writing {location}: building the record batch")]
     Arrow {
+        /// The file.
         location: String,
+        /// What Arrow said.
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// A committed file read back does not hold what this program writes
+    /// (a column missing or of another type): a retry reads the same.
     #[error("reading {location}: {problem}")]
-    Content { location: String, problem: String },
+    Content {
+        /// The file.
+        location: String,
+        /// What is wrong with it, for the message.
+        problem: String,
+    },
+    /// A write to a file after it was committed: a bug in the caller.
     #[error("writing {location}: the file is already closed")]
-    Closed { location: String },
+    Closed {
+        /// The file.
+        location: String,
+    },
 }
 
 impl Classify for FileError {

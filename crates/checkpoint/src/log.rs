@@ -43,19 +43,29 @@ pub enum FileKind {
 /// `_run.json`'s inputs), as `[start, end)` pairs laid flat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Covered {
+    /// The input file's index in the manifest's inputs.
     pub file: u32,
+    /// Row indices within that file, as sorted, disjoint `[start, end)`
+    /// pairs laid flat (`[0, 10, 20, 25]` is rows 0-9 and 20-24).
     pub ranges: Vec<u64>,
 }
 
 /// A data file a record makes visible.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileEntry {
+    /// The file's key, relative to the output location.
     pub key: String,
+    /// What the file holds.
     pub kind: FileKind,
+    /// The file's size in bytes, checked whenever it is read back.
     pub bytes: u64,
+    /// Data rows in the file, which the commit sums against the shards'
+    /// accounting.
     pub rows: u64,
     /// Of the whole file, checked whenever the file is read back.
     pub sha256: String,
+    /// The input rows the file finished, which a resume skips (empty for
+    /// batch records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub covers: Vec<Covered>,
 }
@@ -65,47 +75,71 @@ pub struct FileEntry {
 pub struct Record {
     /// The attempt that wrote it.
     pub epoch: u32,
+    /// What the record says.
     #[serde(flatten)]
     pub entry: Entry,
 }
 
+/// What a log record says, tagged by `kind` in its JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Entry {
     /// An attempt began: every record of an earlier epoch after this one
     /// does not count.
     Begin {
+        /// The process that began it (`pid N on HOST, since TIME`).
         holder: String,
         /// RFC 3339, UTC.
         started: String,
     },
     /// These files are visible, whole.
-    Commit { files: Vec<FileEntry> },
+    Commit {
+        /// The files, each with its size, checksum and the rows it holds.
+        files: Vec<FileEntry>,
+    },
     /// The shard is done, with its accounting and report.
     Done(Box<ShardDone>),
 }
 
+/// Why a shard's commit log could not be read or appended to.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A record (or log checkpoint) that does not parse: the log is
+    /// damaged, and a retry reads the same.
     #[error("{location} is not a commit-log record")]
     Malformed {
+        /// The record's location.
         location: String,
+        /// What serde_json said.
         #[source]
         source: serde_json::Error,
     },
+    /// A newer attempt of the shard began after this one (its lease was
+    /// taken over): this attempt must stop appending.
     #[error("shard {shard}: attempt {epoch} was superseded by attempt {newer} ({holder}, started {started}); this process stops, and what it did not commit is redone by the newer attempt")]
     Fenced {
+        /// The shard.
         shard: ShardSpec,
+        /// This process's attempt.
         epoch: u32,
+        /// The attempt that superseded it.
         newer: u32,
+        /// The newer attempt's process, as its `begin` record says
+        /// (`unknown` when the record found is not its `begin`).
         holder: String,
+        /// When the newer attempt began, RFC 3339 (or `unknown`).
         started: String,
     },
+    /// A counted file's rows do not fit the inputs or overlap another
+    /// counted file's: the log and the inputs disagree.
     #[error("{location}: {source}")]
     Rows {
+        /// The log's location and the file's key.
         location: String,
+        /// Which row, and why.
         #[source]
         source: DoneError,
     },
@@ -331,6 +365,7 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
+    /// The attempt whose records this writer appends.
     pub fn epoch(&self) -> u32 {
         self.epoch
     }
@@ -369,7 +404,7 @@ impl LogWriter {
     fn appended(&self, state: &mut LogState, record: Record) {
         let seq = state.next;
         state.apply(record);
-        if seq % CHECKPOINT_EVERY == 0 {
+        if seq.is_multiple_of(CHECKPOINT_EVERY) {
             self.write_checkpoint(seq, state);
         }
     }
@@ -378,15 +413,16 @@ impl LogWriter {
     /// logged and the run goes on.
     fn write_checkpoint(&self, seq: u64, state: &LogState) {
         let key = OutputLayout::log_checkpoint(self.shard, seq);
-        let written = serde_json::to_vec(state)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                self.store
-                    .put_if_absent(&key, &bytes)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(error) = written {
+        let failed = |error: &dyn std::error::Error| {
             tracing::warn!(file = %self.store.locate(&key), %error, "could not write a log checkpoint");
+        };
+        match serde_json::to_vec(state) {
+            Ok(bytes) => {
+                if let Err(error) = self.store.put_if_absent(&key, &bytes) {
+                    failed(&error);
+                }
+            }
+            Err(error) => failed(&error),
         }
     }
 
@@ -448,6 +484,8 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Notes that input row `origin` is in the file (in any order, each
+    /// row once).
     pub fn add(&mut self, origin: Origin) {
         self.rows
             .entry(origin.file_idx)

@@ -29,11 +29,17 @@ use segpredict_core::message::InputFile;
 /// output of format 3 is refused (`--overwrite` replaces it).
 pub const MANIFEST_FORMAT: u32 = 4;
 
+/// What a run is, as `_run.json` records it: two attempts are the same run
+/// only when every field is equal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunManifest {
+    /// [`MANIFEST_FORMAT`] of the program that wrote it.
     pub format: u32,
+    /// The version of segpredict that wrote it: another version may
+    /// predict differently, so it is another run.
     pub segpredict_version: String,
+    /// The model, labels, columns and dtype.
     pub fingerprint: Fingerprint,
     /// The frozen input list, in the order rows are numbered.
     pub inputs: Vec<InputRecord>,
@@ -64,10 +70,14 @@ pub struct Fingerprint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputRecord {
+    /// The file's path or URL; a local path canonical.
     pub path: String,
+    /// Its size in bytes.
     pub size: u64,
     /// Modification time, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
+    /// Rows in the file, from its footer: what the row numbering and the
+    /// commit's accounting count against.
     pub rows: u64,
     /// SHA-256 of the file's Parquet footer (its schema, row groups, column
     /// offsets and statistics): a change of content that keeps the size
@@ -82,15 +92,27 @@ pub struct InputRecord {
     pub version: String,
 }
 
+/// Why `_run.json` could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A manifest of another [`MANIFEST_FORMAT`]: another version's run,
+    /// which this one neither resumes nor commits.
     #[error("{location} was written by another version of segpredict (manifest format {format}, this one writes {MANIFEST_FORMAT})")]
-    OtherFormat { location: String, format: u64 },
+    OtherFormat {
+        /// The manifest's location.
+        location: String,
+        /// The format it says.
+        format: u64,
+    },
+    /// Not JSON of a manifest's shape.
     #[error("{location} is not a segpredict run manifest: {source}")]
     Parse {
+        /// The manifest's location.
         location: String,
+        /// What serde_json said.
         #[source]
         source: serde_json::Error,
     },

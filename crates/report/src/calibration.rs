@@ -8,10 +8,16 @@ use segpredict_core::message::{Calibration, CalibrationPoint, LinearFit};
 /// The report's form of a [`Calibration`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CalibrationReport {
+    /// The device-memory target the budget was chosen for, bytes.
     pub target_bytes: u64,
+    /// The batch sizes measured, each with its memory peaks.
     pub points: Vec<PointReport>,
+    /// The line fitted through the points' reserved peaks.
     pub fit: FitReport,
+    /// The segment budget chosen: the largest the fit keeps under the
+    /// target.
     pub max_segments: usize,
+    /// The size classes chosen with it.
     pub size_classes: Vec<usize>,
     /// Peak reserved measured at the chosen budget.
     pub measured_peak_reserved: i64,

@@ -8,6 +8,8 @@
 //! (message types), into the report's own output types: what the JSON says
 //! is decided here, not by the stages' structs.
 
+#![warn(missing_docs)]
+
 mod calibration;
 mod memory;
 mod plot;
@@ -31,14 +33,19 @@ use segpredict_core::stats::{BatchTotals, PlotSample};
 /// Everything a run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
+    /// The input path or URL, as the pipeline file gave it.
     pub input: String,
+    /// The output location, as the pipeline file gave it.
     pub output: String,
+    /// The device the model ran on (`cpu`, `cuda:0`, `mps`).
     pub device: String,
     /// `CUDA_VISIBLE_DEVICES` as this process saw it, on CUDA: which GPU of
     /// the host `device` is (`--local-shards` gives each shard its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_visible_devices: Option<String>,
+    /// The dtype the model ran in (`f32`, `bf16`, `f16`).
     pub model_dtype: String,
+    /// Input files the run reads (those skipped not counted).
     pub input_files: usize,
     /// Rows of the run's input (of this shard's units, for a shard),
     /// predicted and rejected by this attempt and earlier ones, and those
@@ -57,26 +64,37 @@ pub struct RunReport {
     pub batches: u64,
     /// Segments of those forward passes, without and with padding.
     pub segments: u64,
+    /// The segments with padding: what the device computed.
     pub padded_segments: u64,
     /// Forward passes of one row over the budget, run alone.
     pub oversized_batches: u64,
     /// Per-batch times over every attempt; absent when no batch ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_ms: Option<BatchTimes>,
+    /// The segment budget a batch the run started with, configured or
+    /// calibrated.
     pub max_segments: usize,
     /// The budget at the end (lower than `max_segments` after an
     /// out-of-memory); absent for the `rows` strategy, which has none.
     pub final_max_segments: Option<usize>,
+    /// The segment totals batches were padded up to (empty: no padding).
     pub size_classes: Vec<usize>,
     /// Which model of a size-class bundle ran each segment total's batches
     /// (`ModelPath`); absent for any other model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_paths: Vec<segpredict_core::message::ModelPath>,
+    /// Whether cuDNN picked its kernels by timing them
+    /// (`[model] cudnn_benchmark`).
     pub cudnn_benchmark: bool,
     /// Whether the weights ran channels-last (`[model] channels_last`).
     pub channels_last: bool,
+    /// The CUDA caching allocator's setting in force
+    /// (`PYTORCH_CUDA_ALLOC_CONF`); absent on CPU or when unset.
     pub allocator_conf: Option<String>,
+    /// Out-of-memory errors this attempt's batches met (each one split
+    /// its batch and lowered the budget).
     pub oom_events: u64,
+    /// Rows rejected because they alone did not fit in device memory.
     pub oom_rejected_rows: u64,
     /// Seconds this attempt ran.
     pub wall_s: f64,
@@ -94,8 +112,13 @@ pub struct RunReport {
     /// set-up, model load, the start-up probe, calibration and warm-up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_ready_s: Option<f64>,
+    /// Rows this attempt predicted or rejected, per second of its wall
+    /// time (earlier attempts' rows not counted).
     pub rows_per_s: f64,
+    /// Segments this attempt's batches held, without padding, per second
+    /// of its wall time.
     pub segments_per_s: f64,
+    /// Seconds each stage of this attempt spent working.
     pub busy_s: StageBusy,
     /// The readers' cost per segment read, in microseconds of decode-pool
     /// CPU time (each thread's `CLOCK_THREAD_CPUTIME_ID`, not its wall
@@ -142,11 +165,14 @@ pub struct RunReport {
 /// in fixed memory however many batches ran.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BatchTimes {
+    /// Median host wall time of a batch, ms.
     pub wall_median: f64,
+    /// 90th percentile of a batch's host wall time, ms.
     pub wall_p90: f64,
-    /// Absent on CPU.
+    /// Median device time of a batch, ms. Absent on CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_median: Option<f64>,
+    /// 90th percentile of a batch's device time, ms. Absent on CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_p90: Option<f64>,
 }
@@ -196,22 +222,30 @@ fn strategy_as_written(s: BatchingStrategy) -> &'static str {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StageBusy {
+    /// The reader threads, the decode pool's time included.
     pub readers: f64,
     /// The decode pool's CPU time (summed over its threads), within the
     /// readers' time: Arrow values to segment bytes, images decoded and
     /// resized.
     pub decode: f64,
+    /// The bucketing thread.
     pub bucketing: f64,
+    /// The model worker thread.
     pub model: f64,
+    /// The writer threads.
     pub writers: f64,
 }
 
 /// What every stage reported when it ended.
 #[derive(Debug)]
 pub struct StageReports {
+    /// One per reader thread.
     pub readers: Vec<ReaderStats>,
+    /// The bucketing stage's.
     pub bucketing: BucketingReport,
+    /// The model worker's: its batches' totals, memory and plot sample.
     pub worker: WorkerReport,
+    /// One per writer thread: the rows and rejects each wrote.
     pub writers: Vec<WriterReport>,
 }
 
@@ -254,26 +288,45 @@ impl StageReports {
 /// How the run was set up, and what the wiring knows at its end.
 #[derive(Debug)]
 pub struct RunFacts {
+    /// The input path or URL, as the pipeline file gave it.
     pub input: String,
+    /// The output location, as the pipeline file gave it.
     pub output: String,
+    /// The device's name (`cpu`, `cuda:0`, `mps`).
     pub device: String,
     /// Whether the device is a CUDA device (the allocator setting applies).
     pub on_cuda: bool,
+    /// The dtype the model runs in, lowercase (`f32`, `bf16`, `f16`).
     pub model_dtype: String,
+    /// Input files the run reads (those skipped not counted).
     pub input_files: usize,
+    /// Rows of the run's input (of this shard's units, for a shard).
     pub rows_in: u64,
+    /// The segment budget the run started with.
     pub max_segments: usize,
+    /// The budget at the end, if the worker lowered it after an
+    /// out-of-memory; `None` for the `rows` strategy.
     pub final_max_segments: Option<usize>,
+    /// How batches were formed.
     pub strategy: BatchingStrategy,
+    /// Whether cuDNN benchmark mode was on.
     pub cudnn_benchmark: bool,
+    /// Whether the weights ran channels-last.
     pub channels_last: bool,
+    /// The allocator setting `worker::prepare_process` put in force
+    /// (reported only on CUDA).
     pub allocator_conf: Option<String>,
+    /// The calibration that chose the budget (`max_segments = "auto"`).
     pub calibration: Option<Calibration>,
+    /// Seconds this attempt ran, up to its stages' end.
     pub wall_s: f64,
     /// What earlier attempts had committed: (predicted, rejected).
     pub resumed: (u64, u64),
+    /// This attempt's number, which is the attempts so far.
     pub attempts: u32,
+    /// `I/N` when the run is one shard of several.
     pub shard: Option<String>,
+    /// Input files left out (`on_bad_file = "skip"`), with why.
     pub skipped_files: Vec<SkippedFile>,
     /// The batches of this shard's earlier attempts, read back from their
     /// committed batch files.
@@ -454,10 +507,14 @@ impl RunReport {
     }
 }
 
+/// Why the report's JSON or plot could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The report did not serialise: our own data, so a retry fails the
+    /// same way.
     #[error("serialising the run report")]
     Json(#[source] serde_json::Error),
+    /// The plot could not be drawn.
     #[error("drawing the run report's plot")]
     Plot(#[source] plot::PlotError),
 }

@@ -9,14 +9,23 @@ use segpredict_core::stats::{BatchTotals, MemoryTrack};
 /// allocator), from its batches in order.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MemorySummary {
+    /// The most device memory tensors held at once.
     pub peak_allocated_bytes: i64,
+    /// The most device memory the caching allocator reserved at once
+    /// (what other processes on the GPU cannot have).
     pub peak_reserved_bytes: i64,
+    /// Reserved after the last batch.
     pub final_reserved_bytes: i64,
     /// Batches (after the warm-up) whose reserved peak passed every earlier
     /// batch's: the seed's ratchet, counted.
     pub reserved_growth_events_after_warmup: u64,
+    /// The first batches counted as warm-up, whose reserved growth is
+    /// expected: up to the last new batch shape, at most a tenth of them.
     pub warmup_batches: usize,
+    /// Times the allocator freed its cache and retried an allocation, as
+    /// the allocator counts them at the end (a sign the budget is tight).
     pub alloc_retries: i64,
+    /// Out-of-memory errors, as the allocator counts them at the end.
     pub ooms: i64,
 }
 

@@ -73,6 +73,9 @@ pub struct InferenceModeGuard {
 }
 
 impl InferenceModeGuard {
+    /// Enters inference mode on this thread until the guard drops. If the
+    /// shim could not make a guard, nothing is entered and the drop does
+    /// nothing.
     pub fn enter() -> Self {
         // SAFETY: the shim returns a heap guard or null, never throws.
         Self {
@@ -98,13 +101,23 @@ const ERR_LEN: usize = 512;
 pub enum ShimError {
     /// A C++ exception the shim caught; its `what()` is all there is of it.
     #[error("{call}: {what}")]
-    Cpp { call: &'static str, what: String },
+    Cpp {
+        /// The shim function that caught it.
+        call: &'static str,
+        /// The exception's `what()`.
+        what: String,
+    },
+    /// A device index too large to hand to C.
     #[error("device index {index} does not fit a C int")]
     DeviceIndex {
+        /// The index asked for.
         index: usize,
+        /// The conversion's error.
         #[source]
         source: std::num::TryFromIntError,
     },
+    /// Pinned host memory was asked for on a machine with no accelerator,
+    /// where it means nothing.
     #[error("pinning host memory needs an accelerator")]
     NoAccelerator,
 }

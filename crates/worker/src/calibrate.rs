@@ -20,22 +20,33 @@ const BUDGET_QUANTUM: usize = 64;
 /// No budget above this is tried, whatever the target.
 const MAX_TRIED_SEGMENTS: usize = 1 << 20;
 
+/// Why the segment budget could not be calibrated.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CalibrationError {
+    /// Calibration measures the CUDA allocator; a CPU has none to measure.
     #[error("calibration needs a CUDA device; on CPU set max_segments to a number")]
     NotCuda,
+    /// The memory target (`gpu_memory`, `--gpu-memory`) does not parse;
+    /// holds the text given.
     #[error("cannot read memory size `{0}` (use e.g. 20GiB, 512MiB, 8GB)")]
     BadSize(String),
+    /// `max_segments = "auto"` without a memory target to calibrate for.
     #[error("max_segments = \"auto\" needs gpu_memory in [bucketing] (or --gpu-memory)")]
     NoTarget,
+    /// Fewer than two points were measured (holds how many), so no line
+    /// can be fitted.
     #[error("need at least two measured points to fit, got {0}")]
     TooFewPoints(usize),
+    /// The smallest batch measured already reserves more than the target.
     #[error(
         "the model needs {needed} MiB already at {segments} segments, over the {target} MiB target"
     )]
     TargetTooSmall {
+        /// Peak reserved at that batch, MiB.
         needed: i64,
+        /// The batch's segments.
         segments: usize,
+        /// The target, MiB.
         target: u64,
     },
 }

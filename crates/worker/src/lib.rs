@@ -5,6 +5,8 @@
 //! cache, splits the batch in halves and retries, lowers the segment budget
 //! for the rest of the run, and rejects a lone row that still does not fit.
 
+#![warn(missing_docs)]
+
 pub mod alloc;
 pub mod backend;
 pub mod calibrate;
@@ -126,12 +128,18 @@ fn default_true() -> bool {
     true
 }
 
+/// `[model] dtype`: the floating-point type the weights and inputs run in.
+/// The TorchScript weights are converted at load; an AOTInductor package
+/// fixes its own when compiled, and must match.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelDtype {
+    /// 32-bit float, the weights as trained.
     #[default]
     F32,
+    /// bfloat16: float32's range at half the memory and bandwidth.
     Bf16,
+    /// IEEE half precision: half the memory, a narrower range.
     F16,
 }
 
@@ -145,72 +153,121 @@ impl ModelDtype {
     }
 }
 
+/// Why the model worker could not load, check or run the model. Whether a
+/// retry may succeed is [`Classify`]'s answer below: a wrong model or
+/// setting fails the same way again, a device that failed may not.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// `[model] path` names no file.
     #[error("model file {path} does not exist")]
-    ModelMissing { path: PathBuf },
+    ModelMissing {
+        /// The model file.
+        path: PathBuf,
+    },
+    /// libtorch could not load the TorchScript module (or move it to the
+    /// device or dtype).
     #[error("cannot load model {path}")]
     ModelLoad {
+        /// The model file.
         path: PathBuf,
+        /// What libtorch said.
         #[source]
         source: TorchError,
     },
+    /// The weights could not be converted to channels-last.
     #[error("cannot load model {path}: converting to channels-last")]
     ChannelsLast {
+        /// The model file.
         path: PathBuf,
+        /// What libtorch said.
         #[source]
         source: TorchError,
     },
+    /// An AOTInductor package that cannot run here.
     #[error(transparent)]
     Aoti(#[from] backend::AotiError),
+    /// The labels file could not be read.
     #[error("cannot read labels file {path}")]
     Labels {
+        /// The labels file.
         path: PathBuf,
+        /// The read's error.
         #[source]
         source: std::io::Error,
     },
+    /// The labels file holds no label: no class could be named.
     #[error("cannot read labels file {path}: the file holds no labels")]
-    NoLabels { path: PathBuf },
+    NoLabels {
+        /// The labels file.
+        path: PathBuf,
+    },
+    /// `[model] device` does not parse; holds the text given.
     #[error("unknown device `{0}` (use auto, cpu, cuda or cuda:N)")]
     BadDevice(String),
+    /// A CUDA device was asked for (holds which) and this process sees
+    /// none: retryable, as another node may have one.
     #[error("device {0} requested but CUDA is not available")]
     NoCuda(String),
+    /// `cudnn_benchmark = true` without padding to size classes, where it
+    /// would re-tune on every batch.
     #[error("cudnn_benchmark = true needs pad_to_size_classes = true: unpadded, every batch is a new shape and re-tunes")]
     CudnnNeedsPadding,
+    /// The model failed on a batch, and not for its rows or for memory a
+    /// split frees (a device failure, outputs of the wrong shape): the run
+    /// stops.
     #[error("batch {seq} ({rows} rows, {segments} segments): the model failed")]
     Forward {
+        /// The batch's number in this attempt.
         seq: u64,
+        /// Its rows.
         rows: usize,
+        /// Its segments, without padding.
         segments: usize,
+        /// What libtorch said.
         #[source]
         source: TorchError,
     },
+    /// The start-up forward pass on a tiny synthetic batch failed: the
+    /// model does not take this pipeline's inputs or labels.
     #[error("model {path} with labels {labels} ({n_labels} labels): the check at start-up (one tiny forward pass) failed")]
     Probe {
+        /// The model file.
         path: PathBuf,
+        /// The labels file.
         labels: PathBuf,
+        /// Labels in it.
         n_labels: usize,
+        /// What libtorch said.
         // Boxed: two paths and a libtorch error would make every
         // `WorkerError` large.
         #[source]
         source: Box<TorchError>,
     },
+    /// Warming a size class at start-up failed.
     #[error("warming the size classes at start-up: the model failed on a synthetic batch of {segments} segments")]
     Warm {
+        /// The synthetic batch's segments (its size class).
         segments: usize,
+        /// What libtorch said.
         #[source]
         source: TorchError,
     },
+    /// `segpredict speed` could not time the model.
     #[error("timing the model alone: it failed on a synthetic batch of {segments} segments")]
     Speed {
+        /// The synthetic batch's segments.
         segments: usize,
+        /// What libtorch said.
         #[source]
         source: TorchError,
     },
+    /// `--streams` above 1 (holds the count) on a CPU.
     #[error("--streams {0} needs a CUDA device: on the CPU a model runs on one stream")]
     StreamsNeedCuda(usize),
+    /// The allocator's statistics could not be read.
     #[error("reading allocator statistics")]
     Stats(#[from] alloc::ShimError),
+    /// `max_segments = "auto"` could not choose a budget.
     #[error(transparent)]
     Calibration(#[from] calibrate::CalibrationError),
 }
@@ -482,6 +539,7 @@ impl Worker {
         self.labels.clone()
     }
 
+    /// The device the model was loaded on.
     pub fn device(&self) -> Device {
         self.model.device
     }

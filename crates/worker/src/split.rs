@@ -8,6 +8,7 @@ use segpredict_core::message::{Batch, BatchExtra, FlushReason, Reject, RejectKin
 
 /// A batch split for out-of-memory recovery.
 pub enum Split {
+    /// Two batches of about equal segments, the rows in their order.
     Halves(Batch, Batch),
     /// One row cannot be split.
     Lone(Batch),

@@ -14,8 +14,10 @@ pub enum TorchError {
     /// The device ran out of memory: recoverable by running less at once.
     #[error("{}", first_line(.0))]
     OutOfMemory(tch::TchError),
+    /// Any other libtorch error; shown as its first line and its cause.
     #[error("{}", first_and_last_lines(.0))]
     Failed(tch::TchError),
+    /// The C++ shim's own call failed.
     #[error(transparent)]
     Shim(#[from] ShimError),
 }
@@ -33,6 +35,8 @@ impl From<tch::TchError> for TorchError {
 }
 
 impl TorchError {
+    /// Whether the device ran out of memory: the worker then splits the
+    /// batch and lowers the budget rather than failing.
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, TorchError::OutOfMemory(_))
     }

@@ -8,6 +8,8 @@
 //! This crate owns the output's schema (`parts.rs`); the checkpoint never
 //! names this crate.
 
+#![warn(missing_docs)]
+
 mod batch_parts;
 mod parts;
 mod reject_parts;
@@ -73,32 +75,55 @@ fn default_rows_per_file() -> usize {
     1_000_000
 }
 
+/// `[writers] compression`: the codec of the part files (the run's other
+/// Parquet files are always zstd).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
+    /// Zstandard at its default level: small files, cheap to read.
     #[default]
     Zstd,
+    /// Snappy: faster to write, larger files.
     Snappy,
+    /// Gzip at its default level, for readers without zstd.
     Gzip,
+    /// Uncompressed.
     None,
 }
 
+/// Why a writer thread, or the `[writers]` settings, failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WriterError {
+    /// A part, rejects or batch-record file could not be written or
+    /// committed.
     #[error(transparent)]
     File(#[from] FileError),
+    /// The commit record naming the files could not be appended, or a
+    /// newer attempt fenced this one.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// A setting out of range, with what it must be.
     #[error("invalid [writers] section: {0}")]
     Config(String),
+    /// `top_k` asks for more classes than the labels file has.
     #[error("invalid [writers] section: top_k = {top_k}, but the labels file {labels} has {n_labels} classes")]
     TopK {
+        /// The `top_k` asked for.
         top_k: usize,
+        /// The classes the labels file has.
         n_labels: usize,
+        /// The labels file.
         labels: PathBuf,
     },
+    /// The model answered a class id outside the labels file: the model
+    /// and the labels do not belong together.
     #[error("the model returned class {label_id} but the labels file has {n_labels} labels")]
-    UnknownLabel { label_id: i32, n_labels: usize },
+    UnknownLabel {
+        /// The class id the model returned.
+        label_id: i32,
+        /// The labels the labels file has.
+        n_labels: usize,
+    },
 }
 
 impl Classify for WriterError {
@@ -118,8 +143,12 @@ impl Classify for WriterError {
 /// What every writer needs to know about the run.
 #[derive(Debug, Clone)]
 pub struct OutputSchema {
+    /// The type of the input's id column, which the output's `id` keeps.
     pub id_kind: IdKind,
+    /// The class names, indexed by the model's class id.
     pub labels: Arc<Vec<String>>,
+    /// The run's input files, indexed by a row's `file_idx`: each row's
+    /// `source_file` is its path.
     pub sources: Sources,
     /// `[writers] top_k`: the `top_labels` and `top_scores` columns.
     pub top_k: Option<usize>,
@@ -129,14 +158,20 @@ pub struct OutputSchema {
 }
 
 impl WriterConfig {
+    /// The writer threads to start: `threads`, and at least one.
     pub fn effective_threads(&self) -> usize {
         self.threads.max(1)
     }
 
+    /// `commit_every_s` as a duration (a negative value as zero; it is
+    /// [`WriterConfig::validate`] that refuses it).
     pub fn commit_every(&self) -> Duration {
         Duration::from_secs_f64(self.commit_every_s.max(0.0))
     }
 
+    /// Checks the settings that need no other file: `rows_per_file` and
+    /// `top_k` at least 1, `commit_every_s` a positive number of seconds.
+    /// `top_k` against the labels is [`WriterConfig::check_top_k`]'s.
     pub fn validate(&self) -> Result<(), WriterError> {
         if self.rows_per_file == 0 {
             return Err(WriterError::Config(

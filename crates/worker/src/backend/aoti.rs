@@ -69,7 +69,9 @@ pub const DTYPE_KEY: &str = "segpredict.dtype";
 /// A model file's format, told by its content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArchiveKind {
+    /// A TorchScript module (`torch.jit.save`), run through tch.
     TorchScript,
+    /// An AOTInductor package (`.pt2`), run through its compiled code.
     Aoti,
 }
 
@@ -82,23 +84,36 @@ pub struct PackageError(pub(super) String);
 /// Why the start-up forward pass failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// The probe's input tensors could not be built.
     #[error("building the inputs")]
     Tensor(#[from] tch::TchError),
+    /// The package refused the inputs (their shape or dtype is not what it
+    /// was compiled for).
     #[error(transparent)]
     Run(#[from] PackageError),
+    /// It ran but did not answer one score per label per row.
     #[error("on {rows} rows it returned shape {size:?}, expected [{rows}, {n_labels}] ({n_labels} labels)")]
     Shape {
+        /// Rows the probe gave it.
         rows: i64,
+        /// The output's shape.
         size: Vec<i64>,
+        /// Labels in the labels file.
         n_labels: usize,
     },
 }
 
+/// Why an AOTInductor package cannot run here, or this pipeline's inputs.
+/// All but the reading errors are settled by the file and the machine, so
+/// a retry fails the same way.
 #[derive(Debug, thiserror::Error)]
 pub enum AotiError {
+    /// The file is not a zip archive libtorch can open.
     #[error("model {path} is neither a TorchScript module nor an AOTInductor package")]
     NotAModel {
+        /// The model file.
         path: PathBuf,
+        /// What the archive reader said.
         #[source]
         source: PackageError,
     },
@@ -106,18 +121,33 @@ pub enum AotiError {
         "model {path} is neither a TorchScript module nor an AOTInductor package: a PyTorch \
          archive with neither TorchScript code nor `archive_format` = pt2"
     )]
-    OtherArchive { path: PathBuf },
-    #[error("model {path}: `format = \"{set}\"` but the file is {found} (leave `format` out to tell by content)")]
-    FormatContradicted {
+    /// A PyTorch archive of another kind (`torch.save` weights, say).
+    OtherArchive {
+        /// The model file.
         path: PathBuf,
+    },
+    #[error("model {path}: `format = \"{set}\"` but the file is {found} (leave `format` out to tell by content)")]
+    /// `[model] format` names one format and the file is the other.
+    FormatContradicted {
+        /// The model file.
+        path: PathBuf,
+        /// The format the pipeline file set.
         set: &'static str,
+        /// What the file is, as a phrase.
         found: &'static str,
     },
+    /// The path cannot be passed to C.
     #[error("model path {path} holds a NUL byte")]
-    NulInPath { path: PathBuf },
+    NulInPath {
+        /// The model file.
+        path: PathBuf,
+    },
+    /// The package's metadata could not be read.
     #[error("model {path}: cannot read the AOTInductor package's metadata")]
     Metadata {
+        /// The model file.
         path: PathBuf,
+        /// What the package loader said.
         #[source]
         source: PackageError,
     },
@@ -125,19 +155,30 @@ pub enum AotiError {
         "model {path} is an AOTInductor package compiled for {package}, but the run is on {run} \
          (a package runs only on the device type it was compiled for{hint})"
     )]
+    /// The package was compiled for another device type than the run's
+    /// (`cuda` against `cpu`).
     WrongDevice {
+        /// The model file.
         path: PathBuf,
+        /// The device type it was compiled for.
         package: String,
+        /// The run's device type.
         run: String,
+        /// What to do instead, starting `; ` (or empty).
         hint: &'static str,
     },
     #[error(
         "model {path} is an AOTInductor package compiled for {package}; this machine is {host} \
          (rebuild the package here: tools/make_models.py --aoti)"
     )]
+    /// A CPU package compiled for another OS or architecture: its native
+    /// code cannot load here.
     WrongMachine {
+        /// The model file.
         path: PathBuf,
+        /// `OS ARCH` the package was compiled on.
         package: String,
+        /// `OS ARCH` of this machine.
         host: String,
     },
     #[error(
@@ -145,18 +186,40 @@ pub enum AotiError {
          which this CPU lacks ({missing}); rebuild the package on this kind of machine \
          (tools/make_models.py --aoti)"
     )]
+    /// A CPU package whose vector instructions this CPU lacks: run, it
+    /// would die of SIGILL at its first one.
     MissingIsa {
+        /// The model file.
         path: PathBuf,
+        /// The instruction sets the package records (`AOTI_CPU_ISA`).
         isa: String,
+        /// The CPU flags they need that `/proc/cpuinfo` does not list,
+        /// space-separated.
         missing: String,
     },
+    /// The package's recorded segment bound does not parse.
     #[error("model {path}: its metadata's segpredict.max_segments is {value:?}, not a number of segments")]
-    BadBound { path: PathBuf, value: String },
+    BadBound {
+        /// The model file.
+        path: PathBuf,
+        /// The value recorded.
+        value: String,
+    },
+    /// A `[model]` setting that a package fixes when it is compiled
+    /// (`channels_last`, say), set in the pipeline file.
     #[error("model {path}: {setting} (an AOTInductor package fixes this when it is compiled)")]
-    Setting { path: PathBuf, setting: String },
+    Setting {
+        /// The model file.
+        path: PathBuf,
+        /// The setting and what to do about it, for the message.
+        setting: String,
+    },
+    /// The package's loader failed (a library missing, a damaged file).
     #[error("cannot load AOTInductor package {path}")]
     Load {
+        /// The model file.
         path: PathBuf,
+        /// What the loader said.
         #[source]
         source: PackageError,
     },
@@ -164,20 +227,33 @@ pub enum AotiError {
         "model {path}: its inputs were not checked before the run's threads started \
          (segpredict_worker::prepare_process was not called); a bug in segpredict"
     )]
-    InputsUnchecked { path: PathBuf },
+    /// A package loaded without [`crate::prepare_process`] having run
+    /// first: a bug, never the user's doing.
+    InputsUnchecked {
+        /// The model file.
+        path: PathBuf,
+    },
     #[error(
         "model {path}: its metadata's segpredict.size_class is {recorded:?}, but the model is named for \
          size class {class} (a size-class bundle from tools/make_models.py --size-classes names each \
          class's model class_<N>)"
     )]
+    /// A size-class bundle's `class_<N>` model records another class
+    /// than N (or none): it would be given batches of the wrong shape.
     ClassMismatch {
+        /// The model file and the model's name in it.
         path: PathBuf,
+        /// The class its name says.
         class: usize,
+        /// The class its metadata records, if any.
         recorded: Option<String>,
     },
+    /// The archive's listing could not be read.
     #[error("model {path}: cannot list the models the package holds")]
     Listing {
+        /// The model file.
         path: PathBuf,
+        /// What the zip reader said.
         #[source]
         source: zip::result::ZipError,
     },
@@ -187,15 +263,25 @@ pub enum AotiError {
          --size-classes {wanted}, or with its dynamic model (without --no-dynamic), or set \
          [bucketing] size_classes to classes it holds"
     )]
+    /// A bundle without a dynamic model lacks a model for some of the
+    /// batch sizes this run's bucketing makes.
     ClassesUncovered {
+        /// The model file.
         path: PathBuf,
+        /// The size classes it holds models for.
         packaged: Vec<usize>,
+        /// The classes it lacks, or "every segment total" when batches are
+        /// not padded to classes.
         missing: String,
+        /// The run's classes, comma-separated, for the command to paste.
         wanted: String,
     },
+    /// The start-up forward pass failed on this pipeline's inputs.
     #[error("model {path} does not take this pipeline's inputs")]
     Inputs {
+        /// The model file.
         path: PathBuf,
+        /// How the probe failed.
         #[source]
         source: ProbeError,
     },
@@ -217,6 +303,7 @@ impl PackageMetadata {
         )
     }
 
+    /// The value recorded under `key`; an empty value counts as absent.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .get(key)
