@@ -160,6 +160,7 @@ fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> 
         id_kind: plan.id_kind,
         labels: worker.labels(),
         sources: plan.sources.clone(),
+        carried: plan.carried.as_ref().map(|c| c.schema.clone()),
         live: Arc::clone(live),
     }
 }

@@ -65,6 +65,21 @@ pub struct WriterConfig {
     /// part cut short, a Parquet footer.
     #[serde(default = "default_commit_every_s")]
     pub commit_every_s: f64,
+    /// Input columns each output row keeps beside its prediction: a list
+    /// of names (a file's columns or Hive partition keys), or `"all"`
+    /// (every column that is not a model input, then the partition keys).
+    /// Typed as read. Default: none.
+    #[serde(default)]
+    pub carry: segpredict_core::carry::Carry,
+}
+
+/// The output's own columns, which no carried column may take.
+pub fn output_columns() -> Vec<String> {
+    parts::arrow_schema(IdKind::Str, None)
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect()
 }
 
 fn default_commit_every_s() -> f64 {
@@ -152,6 +167,9 @@ pub struct OutputSchema {
     pub id_kind: IdKind,
     pub labels: Arc<Vec<String>>,
     pub sources: Sources,
+    /// The `[writers] carry` columns as the read plan resolved them; each
+    /// prediction's row holds its values in Arrow's row format.
+    pub carried: Option<arrow::datatypes::SchemaRef>,
     /// What all writers took so far, read by the progress display and the
     /// live metrics.
     pub live: Arc<LiveCounters>,

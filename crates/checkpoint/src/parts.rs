@@ -7,6 +7,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
@@ -32,8 +33,9 @@ pub fn id_type(id_kind: IdKind) -> DataType {
     }
 }
 
-pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
-    Arc::new(Schema::new(vec![
+/// The part's schema: the output's own columns, then the carried ones.
+pub fn arrow_schema(id_kind: IdKind, carried: Option<&SchemaRef>) -> SchemaRef {
+    let own = [
         Field::new("id", id_type(id_kind), false),
         Field::new("label", DataType::Utf8, false),
         Field::new("label_id", DataType::Int32, false),
@@ -44,7 +46,14 @@ pub fn arrow_schema(id_kind: IdKind) -> SchemaRef {
             false,
         ),
         Field::new("source_row", DataType::Int64, false),
-    ]))
+    ];
+    let carried = carried.into_iter().flat_map(|c| c.fields().iter().cloned());
+    Arc::new(Schema::new(
+        own.into_iter()
+            .map(Arc::new)
+            .chain(carried)
+            .collect::<Vec<_>>(),
+    ))
 }
 
 pub fn properties(compression: Compression) -> WriterProperties {
@@ -78,7 +87,7 @@ impl PartWriter {
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let schema = arrow_schema(output.id_kind);
+        let schema = arrow_schema(output.id_kind, output.carried.as_ref());
         let file = CommittingParquet::create(store, key, schema.clone(), properties(compression))?;
         Ok(Self {
             file,
@@ -130,7 +139,7 @@ impl PartWriter {
                     .unwrap_or_default(),
             );
         }
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             ids,
             Arc::new(StringArray::from(label_names)),
             Arc::new(Int32Array::from(p.label_ids.clone())),
@@ -143,10 +152,55 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
+        if let Some(carried) = &self.output.carried {
+            columns.extend(self.carried_columns(carried, p)?);
+        }
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
             location: self.file.location().to_string(),
             source,
         })
+    }
+}
+
+impl PartWriter {
+    /// The rows' carried values, decoded from the row format the readers
+    /// encoded them in (a converter over the same fields), each column
+    /// cast back to its type as read where the row format gives another
+    /// (a dictionary comes back as its values).
+    fn carried_columns(
+        &self,
+        carried: &SchemaRef,
+        p: &Predictions,
+    ) -> Result<Vec<ArrayRef>, WriterError> {
+        let arrow_error = |source| WriterError::Arrow {
+            location: self.file.location().to_string(),
+            source,
+        };
+        let fields: Vec<SortField> = carried
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(arrow_error)?;
+        if p.rows.iter().any(|r| r.carried.is_empty()) {
+            return Err(arrow_error(arrow::error::ArrowError::InvalidArgumentError(
+                "a row came without its carried values".into(),
+            )));
+        }
+        let parser = converter.parser();
+        let arrays = converter
+            .convert_rows(p.rows.iter().map(|r| parser.parse(&r.carried)))
+            .map_err(arrow_error)?;
+        arrays
+            .into_iter()
+            .zip(carried.fields())
+            .map(
+                |(array, field)| match array.data_type() == field.data_type() {
+                    true => Ok(array),
+                    false => arrow::compute::cast(&array, field.data_type()).map_err(arrow_error),
+                },
+            )
+            .collect()
     }
 }
 
