@@ -926,6 +926,7 @@ mod tests {
         assert_eq!(config.max_segments, 4096);
         assert_eq!(config.max_rows, 1024);
         assert_eq!(config.max_held_rows, 16384);
+        assert_eq!(config.max_held_mib, 4096);
         assert_eq!(config.pad_to_size_classes, None);
         assert!(config.pads(), "padded until the device settles it");
         assert_eq!(config.size_classes, None);
@@ -1003,6 +1004,54 @@ mod tests {
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].n_segments, 20);
         assert_eq!(batches[0].padded_segments, 30);
+    }
+
+    /// A row whose held bytes are set (its carried values, say).
+    struct Heavy {
+        segments: usize,
+        bytes: usize,
+    }
+
+    impl Segmented for Heavy {
+        fn n_segments(&self) -> usize {
+            self.segments
+        }
+
+        fn held_bytes(&self) -> usize {
+            self.bytes
+        }
+    }
+
+    #[test]
+    fn held_bytes_over_max_held_mib_send_the_fullest_bucket_early() {
+        let bound = BucketingConfig {
+            max_held_mib: 1,
+            ..config(1000, 100, 100)
+        };
+        let mut bucketer = Bucketer::<Heavy>::new(&bound).unwrap();
+        let heavy = |segments| Heavy {
+            segments,
+            bytes: 300 << 10,
+        };
+        for segments in [1, 2, 3] {
+            assert!(bucketer.push(heavy(segments)).is_empty());
+        }
+        assert_eq!(bucketer.held_bytes(), 900 << 10);
+        // The fourth passes 1 MiB: the bucket with the most segments (2-3)
+        // leaves, topped up with what fits, until under the bound.
+        let left = bucketer.push(heavy(1));
+        assert!(!left.is_empty());
+        assert!(left.iter().all(|b| b.reason == FlushReason::MemoryBound));
+        assert!(bucketer.held_bytes() < 1 << 20);
+        let rows_left: usize = left.iter().map(|b| b.rows.len()).sum();
+        assert_eq!(bucketer.held_bytes(), (4 - rows_left) * (300 << 10));
+        bucketer.finish();
+        assert_eq!((bucketer.held_rows(), bucketer.held_bytes()), (0, 0));
+        let zero = BucketingConfig {
+            max_held_mib: 0,
+            ..config(8, 1, 1)
+        };
+        assert_eq!(zero.validate(), Err(BucketingError::ZeroMaxHeldMib));
     }
 
     // ---- hand-written behaviour ----
