@@ -59,21 +59,13 @@ impl Carried {
         let mut fields = Vec::new();
         let mut sources = Vec::new();
         for name in &names {
-            if reserved.contains(name) {
-                return Err(error(name, "[writers] carry names a column the output has already (carry another column or rename it)".into()));
-            }
             if fields.iter().any(|f: &Field| f.name() == name) {
                 return Err(error(name, "[writers] carry names it twice".into()));
             }
-            if let Ok(field) = schema.field_with_name(name) {
-                fields.push(field.clone());
-                sources.push(Source::Column);
-            } else if file.partitions.iter().any(|(key, _)| key == name) {
-                fields.push(Field::new(name, DataType::Utf8, true));
-                sources.push(Source::Partition);
-            } else {
-                return Err(error(name, "[writers] carry names it, but it is no column of this file nor a partition key (`key=value` folder) of its path".into()));
-            }
+            let (field, source) =
+                field_of(name, reserved, file, schema).map_err(|m| error(name, m.into()))?;
+            fields.push(field);
+            sources.push(source);
         }
         let sort_fields: Vec<SortField> = fields
             .iter()
@@ -92,7 +84,10 @@ impl Carried {
             ));
         }
         let converter =
-            RowConverter::new(sort_fields).map_err(|e| error(&names[0], e.to_string()))?;
+            RowConverter::new(sort_fields).map_err(|source| ReaderError::CarryType {
+                path: file.path.clone(),
+                source,
+            })?;
         Ok(Some(Arc::new(Self {
             schema: Arc::new(Schema::new(fields)),
             sources,
@@ -193,6 +188,26 @@ impl Carried {
                 }
             })
             .collect()
+    }
+}
+
+/// A carried column's field and where its values come from, or why it
+/// cannot be carried.
+fn field_of(
+    name: &str,
+    reserved: &[String],
+    file: &InputFile,
+    schema: &Schema,
+) -> Result<(Field, Source), &'static str> {
+    if reserved.iter().any(|r| r == name) {
+        return Err("[writers] carry names a column the output has already (carry another column or rename it)");
+    }
+    if let Ok(field) = schema.field_with_name(name) {
+        Ok((field.clone(), Source::Column))
+    } else if file.partitions.iter().any(|(key, _)| key == name) {
+        Ok((Field::new(name, DataType::Utf8, true), Source::Partition))
+    } else {
+        Err("[writers] carry names it, but it is no column of this file nor a partition key (`key=value` folder) of its path")
     }
 }
 

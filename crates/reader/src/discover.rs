@@ -111,7 +111,13 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     };
     let objects = segpredict_storage::list_objects(&url).map_err(|e| storage_error(text, e))?;
     let literal = url.prefix().split(['*', '?', '[']).next().unwrap_or("");
-    let root = literal.rsplit_once('/').map_or("", |(root, _)| root);
+    // Markers and partitions are looked for below the prefix, or below a
+    // glob's literal folder.
+    let root = if segpredict_storage::is_glob(url.prefix()) {
+        literal.rsplit_once('/').map_or("", |(root, _)| root)
+    } else {
+        url.prefix()
+    };
     let exact: Vec<_> = objects
         .iter()
         .filter(|o| o.location.as_ref() == url.prefix())
@@ -119,16 +125,7 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     let chosen: Vec<_> = if exact.is_empty() {
         objects
             .iter()
-            .filter(|o| {
-                is_data_key(
-                    o.location.as_ref(),
-                    if segpredict_storage::is_glob(url.prefix()) {
-                        root
-                    } else {
-                        url.prefix()
-                    },
-                )
-            })
+            .filter(|o| is_data_key(o.location.as_ref(), root))
             .collect()
     } else {
         exact
@@ -138,18 +135,13 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
             pattern: format!("{text} (*.parquet objects)"),
         });
     }
-    let partition_root = if segpredict_storage::is_glob(url.prefix()) {
-        root
-    } else {
-        url.prefix()
-    };
     Ok(chosen
         .into_iter()
         .map(|o| InputFile {
             partitions: o
                 .location
                 .as_ref()
-                .strip_prefix(partition_root)
+                .strip_prefix(root)
                 .map(partitions_of)
                 .unwrap_or_default(),
             path: PathBuf::from(url.url_of(&o.location)),

@@ -158,6 +158,12 @@ pub enum ReaderError {
         column: String,
         message: String,
     },
+    #[error("{path}: the row format of the carried columns")]
+    CarryType {
+        path: PathBuf,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
     #[error("{path}, row group {row_group}")]
     Decode {
         path: PathBuf,
@@ -217,6 +223,7 @@ impl Classify for ReaderError {
             | ReaderError::BadPattern { .. }
             | ReaderError::Column { .. }
             | ReaderError::Carry { .. }
+            | ReaderError::CarryType { .. }
             | ReaderError::IdKindMismatch { .. }
             | ReaderError::OutputOverlapsInput { .. }
             | ReaderError::Changed { .. }
