@@ -50,8 +50,9 @@ use segpredict_core::message::{IdKind, ReaderStats, RowChunk};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReaderConfig {
-    /// A Parquet file, a directory of `*.parquet` files, or a glob such as
-    /// `data/2026-12-*/part-*.parquet`. Required.
+    /// A Parquet file, a directory (read recursively: Hive partitions'
+    /// `key=value` folders become columns `[writers] carry` can name), or
+    /// a glob such as `data/2026-12-*/part-*.parquet`. Required.
     pub path: PathBuf,
     /// Reader threads; 0 picks half the cores (at least 1, at most 8). Default 0.
     /// More threads decode more row groups at once, each holding one
