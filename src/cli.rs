@@ -345,12 +345,13 @@ mod tests {
     use segpredict_checkpoint::commit::CommitError;
     use segpredict_checkpoint::log::LogError;
     use segpredict_checkpoint::manifest::ManifestError;
-    use segpredict_checkpoint::{StoreError, WriterError};
+    use segpredict_checkpoint::{FileError, StoreError};
     use segpredict_core::exit::{Error, Failure};
     use segpredict_core::shard::ShardError;
     use segpredict_reader::{DecodeError, ReaderError};
     use segpredict_report::ReportError;
     use segpredict_worker::WorkerError;
+    use segpredict_writers::WriterError;
 
     fn io(kind: std::io::ErrorKind) -> std::io::Error {
         std::io::Error::new(kind, "test")
@@ -470,7 +471,7 @@ mod tests {
         vec![
             (WriterError::Config("x".into()).into(), Failure::Permanent),
             (
-                WriterError::Store(store(StorageFull)).into(),
+                WriterError::File(FileError::Store(store(StorageFull))).into(),
                 Failure::Retryable,
             ),
             (store(StorageFull).into(), Failure::Retryable),

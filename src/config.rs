@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use segpredict_bucketing::BucketingConfig;
-use segpredict_checkpoint::WriterConfig;
 use segpredict_reader::ReaderConfig;
 use segpredict_worker::ModelConfig;
+use segpredict_writers::WriterConfig;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone, Deserialize)]
@@ -158,6 +158,16 @@ pub struct Overrides {
 }
 
 impl PipelineConfig {
+    /// `[writers] top_k` against the labels file's classes, before the run
+    /// starts: more than there are is a settings error naming the key.
+    pub fn check_top_k(&self) -> segpredict_core::exit::Result<()> {
+        let Some(k) = self.writers.top_k else {
+            return Ok(());
+        };
+        let n_labels = segpredict_worker::load_labels(&self.model.labels)?.len();
+        Ok(self.writers.check_top_k(k, n_labels, &self.model.labels)?)
+    }
+
     /// Reads `path`; relative paths inside it are taken from the file's folder,
     /// so a pipeline runs the same from any working directory.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -191,7 +201,7 @@ impl PipelineConfig {
         config.bucketing.max_segments_given = budget_given;
         // `[writers] carry` is planned by the readers: they read the columns.
         config.readers.carry = config.writers.carry.clone();
-        config.readers.reserved = segpredict_checkpoint::output_columns();
+        config.readers.reserved = segpredict_writers::output_columns();
         Ok(config)
     }
 

@@ -33,10 +33,13 @@ pub fn init(format: LogFormat) {
     match format {
         // Colour codes help a person at a terminal and garble a job's log file.
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        // `spans`: the shard, attempt and stage thread (`reader`,
+        // `bucketing`, `worker`, `writer`) a line came from, outermost first.
         LogFormat::Json => builder
             .json()
             .with_ansi(false)
             .with_current_span(false)
+            .with_span_list(true)
             .init(),
     }
 }

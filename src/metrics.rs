@@ -365,7 +365,7 @@ const FROM_LIVE: &[(&str, &str, FromLive)] = &[
     ),
     (
         "segpredict_rows_rejected_total",
-        "Rows rejected (see _rejects.parquet).",
+        "Rows rejected (see _rejects/rejects.parquet).",
         |l| Some(l.done.rows_rejected as f64),
     ),
     ("segpredict_segments_total", "Segments predicted.", |l| {
@@ -465,7 +465,7 @@ const FROM_REPORT: &[(&str, &str, FromReport)] = &[
     ),
     (
         "segpredict_rows_rejected_total",
-        "Rows rejected (see _rejects.parquet).",
+        "Rows rejected (see _rejects/rejects.parquet).",
         |r| Some(r.rows.rows_rejected as f64),
     ),
     ("segpredict_segments_total", "Segments predicted.", |r| {

@@ -54,7 +54,9 @@ fn load_worker(config: &PipelineConfig) -> Result<Worker> {
     // Padding's default depends on the device, which loading chooses; only
     // an explicit `false` rules out cuDNN benchmark mode.
     let padded = config.bucketing.pad_to_size_classes != Some(false);
-    Ok(Worker::load(&config.model, inputs, padded)?)
+    config.check_top_k()?;
+    let top_k = config.writers.top_k;
+    Ok(Worker::load(&config.model, inputs, padded, top_k)?)
 }
 
 /// `segpredict calibrate`: load the model on the pipeline's device and
@@ -156,6 +158,9 @@ pub fn run(
         Ok(started) => started,
         Err(end) => return Ok(end),
     };
+    // Inside the shard's span; the stage threads enter it too.
+    let names = attempt.attempt.layout.names();
+    let _attempt = tracing::error_span!("attempt", attempt = names.attempt).entered();
     tracing::debug!(
         seconds = started.elapsed().as_secs_f64(),
         "planned the read and began the attempt"
@@ -186,6 +191,7 @@ fn plan_and_attempt(
     // Building a bucketer validates the section, size classes included.
     Bucketer::<Row>::new(&config.bucketing).context("invalid [bucketing] section")?;
     config.writers.validate()?;
+    config.check_top_k()?;
     let mut plan = config.readers.plan()?;
     Ok(begin_attempt(config, &mut plan, options)?.map(|attempt| (plan, attempt)))
 }

@@ -169,7 +169,7 @@ fn package_runs_batches_of_one_row() {
     let run = pipeline.run(&[]);
     let out = &run.out_dir;
     let output = read_output(out);
-    let rejects = match out.join("_rejects.parquet").is_file() {
+    let rejects = match out.join(REJECTS_FILE).is_file() {
         true => read_rejects(out),
         false => Vec::new(),
     };

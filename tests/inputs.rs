@@ -325,7 +325,7 @@ fn reads_files_matched_by_glob() {
 fn a_recursive_glob_never_reads_underscore_or_dot_paths() {
     let dir = tmp();
     let root = dir.path().join("nightly");
-    for folder in ["day=1", "_progress", ".staging"] {
+    for folder in ["day=1", "_progress", "_rejects", "_segpredict", ".staging"] {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
     let good = sample_subset(&root.join("day=1"), "part-00000.parquet", 50);
@@ -333,6 +333,8 @@ fn a_recursive_glob_never_reads_underscore_or_dot_paths() {
     // here so that reading any of them would fail the run.
     for marker in [
         "_batches.parquet",
+        "_rejects/rejects.parquet",
+        "_segpredict/batches.parquet",
         "_progress/part-00000.parquet",
         ".staging/part-00001.parquet",
         "day=1/_tmp.parquet",

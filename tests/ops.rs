@@ -138,6 +138,67 @@ fn json_logs_are_json_lines_progress_included() {
 }
 
 #[test]
+fn json_log_lines_name_their_shard_attempt_and_stage_thread() {
+    let dir = tmp();
+    let input = sample_subset(dir.path(), "in.parquet", 300);
+    let pipeline = Pipeline::new(input, dir.path().join("out")).write(&dir.path().join("p.toml"));
+    let mut command = Command::new(bin());
+    quiet_env(&mut command)
+        .env("SEGPREDICT_LOG", "debug")
+        .args(["--log-format", "json", "run"])
+        .arg(&pipeline)
+        .args(["--shard", "0/2"]);
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let events = assert_json_lines(&stderr);
+    let spans = |e: &serde_json::Value| -> Vec<(String, String)> {
+        let list = e["spans"].as_array().cloned().unwrap_or_default();
+        list.iter()
+            .flat_map(|s| s.as_object().cloned().unwrap_or_default())
+            .filter(|(k, _)| k != "name")
+            .map(|(k, v)| (k, v.to_string().trim_matches('"').to_string()))
+            .collect()
+    };
+    let committed: Vec<_> = events
+        .iter()
+        .filter(|e| e["fields"]["message"] == "appended a commit record")
+        .collect();
+    assert!(!committed.is_empty(), "no commit record logged: {stderr}");
+    for event in &committed {
+        let named = spans(event);
+        assert_eq!(named[0], ("shard".into(), "0/2".into()), "{event}");
+        assert_eq!(named[1], ("attempt".into(), "1".into()), "{event}");
+        assert_eq!(named[2].0, "writer", "{event}");
+    }
+    // Every line logged once the attempt began names the shard.
+    let progress = events
+        .iter()
+        .filter(|e| e["fields"]["message"] == "progress")
+        .collect::<Vec<_>>();
+    assert!(!progress.is_empty(), "{stderr}");
+    for event in progress {
+        let want = [
+            ("shard".into(), "0/2".into()),
+            ("attempt".into(), "1".into()),
+        ];
+        assert_eq!(spans(event)[..2], want, "{event}");
+    }
+    // At the default level (warnings and progress) too.
+    let mut command = Command::new(bin());
+    quiet_env(&mut command)
+        .args(["--log-format", "json", "run"])
+        .arg(&pipeline)
+        .args(["--shard", "1/2"]);
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let events = assert_json_lines(&stderr);
+    let line = events.iter().find(|e| e["fields"]["message"] == "progress");
+    let line = line.unwrap_or_else(|| panic!("no progress line: {stderr}"));
+    assert_eq!(spans(line)[0], ("shard".into(), "1/2".into()), "{line}");
+}
+
+#[test]
 fn json_logs_carry_the_error_that_ends_the_run() {
     let dir = tmp();
     let mut pipeline = Pipeline::new(sample(), dir.path().join("out"));
@@ -518,7 +579,7 @@ fn rejects_keep_the_id_type(int_ids: bool) {
     assert_eq!(column_type(&input, "id"), expected);
     let out = dir.path().join("out");
     Pipeline::new(&input, &out).run(&[]).expect_code(3);
-    let rejects = out.join("_rejects.parquet");
+    let rejects = out.join(REJECTS_FILE);
     assert_eq!(column_type(&rejects, "id"), expected);
     assert_eq!(column_type(&part_files(&out)[0], "id"), expected);
     // The values too: row 40's id, read back as text either way.

@@ -53,11 +53,7 @@ fn undecodable_rows_mid_file_are_rejected_and_the_rest_predicted() {
     let report = read_report(&out);
     assert_eq!(report_u64(&report, "rows_rejected"), 3);
     assert_eq!(report_u64(&report, "rows_out"), 297);
-    assert!(
-        run.stderr.contains("_rejects.parquet"),
-        "{}",
-        run.describe()
-    );
+    assert!(run.stderr.contains(REJECTS_FILE), "{}", run.describe());
 }
 
 #[test]
@@ -255,7 +251,7 @@ fn injected_out_of_memory_does_not_reject_a_lone_row_that_fits_unpadded() {
         .push(format!("fault_oom_above_segments = {LIMIT}"));
     let run = pipeline.run(&[]);
     let out = &run.out_dir;
-    let rejects = if out.join("_rejects.parquet").is_file() {
+    let rejects = if out.join(REJECTS_FILE).is_file() {
         read_rejects(out)
     } else {
         Vec::new()

@@ -349,7 +349,7 @@ fn sigterm_exits_143_and_the_rerun_resumes() {
     assert_eq!(report_u64(&report, "rows_resumed") as usize, committed);
     // A signal lets the writers commit what they hold, batch records
     // included: the report's batches are both attempts', all in
-    // _batches.parquet.
+    // _segpredict/batches.parquet.
     let records = read_batch_records(&out);
     assert_eq!(record_attempts(&records), [1, 2].into());
     assert_eq!(records.len() as u64, report_u64(&report, "batches"));

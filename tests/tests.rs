@@ -20,6 +20,9 @@
 //!   `datasets` layout) against the raw sample and the Pillow reference;
 //!   corrupt, truncated, empty, unsupported and oversized images rejected.
 //! * `ops`: `inspect`, `check`, JSON logs and Prometheus metrics.
+//! * `engines`: the output as the next job reads it: DuckDB and Polars on
+//!   `out/*.parquet`, pyarrow and pandas on `out/`, the run files at their
+//!   documented paths, `[writers] top_k`.
 //! * `ownership`: the output is the run's own: foreign files survive
 //!   `--overwrite`, one writer per shard, a finished run's exit code again,
 //!   `check` and `run` agree.
@@ -55,6 +58,7 @@ mod aoti;
 mod carry;
 mod deploy;
 mod docs;
+mod engines;
 mod errors;
 mod faults;
 mod fenced;

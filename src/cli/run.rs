@@ -22,6 +22,10 @@ pub(super) fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<Outcome> {
         return run_local_shards(local);
     }
     let (shard, fraction) = (shard_of(&args)?, reject_fraction(&args)?);
+    // Every line this process logs names its shard: a sharded job's logs,
+    // merged, can be told apart (in JSON, `spans[].shard`). The spans are
+    // at the ERROR level only so that any filter keeping a line keeps them.
+    let _shard = tracing::error_span!("shard", shard = %shard).entered();
     let targets = args.metrics.targets(&args.pipeline.pipeline, shard);
     // Before the exporter's thread, the first of the process: no
     // environment variable is changed once a thread runs (see
@@ -122,7 +126,7 @@ fn report_commit(dir: &std::path::Path, commit: &CommitState, fraction: f64) -> 
                 logging::notice(&format!(
                     "{} row(s) rejected; see {}",
                     rows.rows_rejected,
-                    dir.join("_rejects.parquet").display()
+                    dir.join(segpredict_checkpoint::layout::REJECTS).display()
                 ));
             }
             Outcome::most_severe([outcome, skipped_outcome(totals.skipped_files, dir)])
@@ -159,7 +163,7 @@ fn skipped_outcome(skipped: u64, dir: &std::path::Path) -> Outcome {
     }
     logging::notice(&format!(
         "{skipped} input file(s) skipped; see {}",
-        dir.join("_rejects.parquet").display()
+        dir.join(segpredict_checkpoint::layout::REJECTS).display()
     ));
     Outcome::TooManyRejects
 }

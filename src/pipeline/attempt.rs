@@ -10,7 +10,7 @@ use segpredict_core::exit::{Context, Error, Result};
 
 use super::{RunEnd, RunOptions};
 use crate::config::PipelineConfig;
-use segpredict_checkpoint::batch_parts::add_batch_files;
+use segpredict_checkpoint::batches::add_batch_files;
 use segpredict_checkpoint::checkpoint::{Attempt, Begun, Checkpoint, ShardAccounting, ShardDone};
 use segpredict_checkpoint::commit::{commit_run, RunSummary};
 use segpredict_checkpoint::manifest::{sha256_file, Fingerprint, RunManifest};

@@ -20,13 +20,13 @@ use crate::config::PipelineConfig;
 use crate::progress::show_progress;
 use segpredict_bucketing::{run_bucketing, BucketingConfig};
 use segpredict_checkpoint::checkpoint::Attempt;
-use segpredict_checkpoint::{self as writer, OutputSchema};
 use segpredict_core::message::{
     BucketingReport, LiveCounters, ReaderStats, RowChunk, WorkerReport, WriterMsg, WriterReport,
 };
 use segpredict_reader::{self as reader, ReadPlan, UnitQueue};
 use segpredict_report::{RunFacts, StageReports};
 use segpredict_worker::Worker;
+use segpredict_writers::{self as writer, OutputSchema, WriterConfig};
 
 /// Channel capacities, in messages. Small: they exist to overlap stages, not
 /// to store data, and they bound host memory together with `max_held_rows`.
@@ -102,14 +102,14 @@ pub(super) fn run_stages(
         let live = &live;
         let (stages_done, done) = bounded::<()>(1);
         let total_rows = plan.shard_rows();
-        let progress = scope.spawn(move || show_progress(total_rows, live, &done, cancel));
+        let progress = spawn_progress(scope, total_rows, live, done, cancel);
         let Prepared {
             worker,
             bucketing,
             budget: start_budget,
             facts,
         } = prepared;
-        let schema = output_schema(plan, &worker, live);
+        let schema = output_schema(&config.writers, plan, &worker, live);
         let downstream = downstream.get_or_init(|| Downstream { bucketing, schema });
         budget.store(start_budget, Ordering::Relaxed);
         let shared = Shared {
@@ -130,6 +130,21 @@ pub(super) fn run_stages(
     })
 }
 
+/// The progress thread, in the attempt's span like the stages.
+fn spawn_progress<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    total_rows: u64,
+    live: &'scope LiveCounters,
+    stages_done: Receiver<()>,
+    cancel: &'scope AtomicBool,
+) -> ScopedJoinHandle<'scope, ()> {
+    let span = tracing::Span::current();
+    scope.spawn(move || {
+        let _attempt = span.entered();
+        show_progress(total_rows, live, &stages_done, cancel)
+    })
+}
+
 /// The reader threads, and the channel they fill.
 fn spawn_readers<'scope>(
     scope: &'scope Scope<'scope, '_>,
@@ -145,9 +160,10 @@ fn spawn_readers<'scope>(
         .min(plan.row_groups().max(1));
     let (chunk_tx, chunk_rx) = bounded(CHUNKS_PER_READER * n_readers);
     let readers = (0..n_readers)
-        .map(|_| {
+        .map(|idx| {
             let out = chunk_tx.clone();
-            spawn(scope, cancel, out.clone(), move || {
+            let span = tracing::error_span!("reader", reader = idx);
+            spawn(scope, cancel, out.clone(), span, move || {
                 reader::run_reader(&config.readers, plan, decode_pool, units, out, cancel)
             })
         })
@@ -155,11 +171,19 @@ fn spawn_readers<'scope>(
     (readers, chunk_rx)
 }
 
-fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> OutputSchema {
+/// What the writers write beside each prediction, from `[writers]` and
+/// the input (`segpredict_writers::output_arrow_schema` makes the columns).
+fn output_schema(
+    writers: &WriterConfig,
+    plan: &ReadPlan,
+    worker: &Worker,
+    live: &Arc<LiveCounters>,
+) -> OutputSchema {
     OutputSchema {
         id_kind: plan.id_kind,
         labels: worker.labels(),
         sources: plan.sources.clone(),
+        top_k: writers.top_k,
         carried: plan.carried.as_ref().map(|c| c.schema.clone()),
         live: Arc::clone(live),
     }
@@ -167,7 +191,9 @@ fn output_schema(plan: &ReadPlan, worker: &Worker, live: &Arc<LiveCounters>) -> 
 
 type Stage<'scope, T> = ScopedJoinHandle<'scope, Result<T>>;
 
-/// Runs `stage` on its own thread. Its error cancels the other stages; a
+/// Runs `stage` on its own thread, inside `span` (made on the spawning
+/// thread, so a child of the shard's and attempt's spans: a thread does not
+/// inherit its parent's span by itself). Its error cancels the other stages; a
 /// stage whose neighbour has gone stops quietly, so the only errors
 /// returned are root causes. `keep_open` (a clone of the stage's output
 /// channel) is dropped only after the cancel flag is set, so the next stage
@@ -177,6 +203,7 @@ fn spawn<'scope, T, E, K>(
     scope: &'scope Scope<'scope, '_>,
     cancel: &'scope AtomicBool,
     keep_open: K,
+    span: tracing::Span,
     stage: impl FnOnce() -> Result<T, E> + Send + 'scope,
 ) -> Stage<'scope, T>
 where
@@ -185,6 +212,7 @@ where
     K: Send + 'scope,
 {
     scope.spawn(move || {
+        let _stage = span.entered();
         let result = stage().map_err(|e| {
             cancel.store(true, Ordering::Relaxed);
             e.into()
@@ -215,18 +243,21 @@ fn spawn_downstream<'scope>(
     let (write_tx, write_rx) = bounded::<WriterMsg>(WRITER_MESSAGES);
     let segment_bytes = config.readers.columns.segments.segment_bytes();
     let (rejects, open) = (write_tx.clone(), (batch_tx.clone(), write_tx.clone()));
-    let bucketing = spawn(scope, cancel, open, move || {
+    let span = tracing::error_span!("bucketing");
+    let bucketing = spawn(scope, cancel, open, span, move || {
         let (c, s) = (&downstream.bucketing, segment_bytes);
         run_bucketing(c, s, chunks, batch_tx, rejects, budget, cancel)
     });
-    let worker = spawn(scope, cancel, write_tx.clone(), move || {
+    let span = tracing::error_span!("worker");
+    let worker = spawn(scope, cancel, write_tx.clone(), span, move || {
         model.run(batch_rx, write_tx, budget, cancel)
     });
     let schema = &downstream.schema;
     let writers = (0..config.writers.effective_threads())
         .map(|idx| {
             let messages = write_rx.clone();
-            spawn(scope, cancel, (), move || {
+            let span = tracing::error_span!("writer", writer = idx);
+            spawn(scope, cancel, (), span, move || {
                 let (store, layout) = (&*attempt.store, &attempt.layout);
                 let log = &attempt.log;
                 writer::run_writer(

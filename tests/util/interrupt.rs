@@ -131,7 +131,7 @@ impl Reference {
 
     /// The checks every completed run of the input must pass: exit 0, each
     /// id once, the reference's predictions, `_SUCCESS`, no temporary file,
-    /// and `_batches.parquet` holding every batch the report counts, of
+    /// and `_segpredict/batches.parquet` holding every batch the report counts, of
     /// the attempts it counts.
     pub fn assert_complete(&self, run: &RunResult) {
         run.expect_code(0);
@@ -159,7 +159,7 @@ impl Reference {
     }
 }
 
-/// The attempts that ran the batches of `_batches.parquet`.
+/// The attempts that ran the batches of `_segpredict/batches.parquet`.
 pub fn record_attempts(records: &[serde_json::Value]) -> BTreeSet<u64> {
     records
         .iter()

@@ -323,7 +323,7 @@ pub struct OutRow {
     pub source_row: i64,
 }
 
-/// One row of `_rejects.parquet`.
+/// One row of [`REJECTS_FILE`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct RejectRow {
     pub id: Option<String>,
@@ -385,6 +385,22 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
     }
 }
 
+/// Every file under `dir`, by its path relative to `dir`, sorted.
+pub fn list_tree(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(folder) = todo.pop() {
+        for path in list_dir(&folder) {
+            match path.is_dir() {
+                true => todo.push(path),
+                false => files.push(path.strip_prefix(dir).unwrap().display().to_string()),
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 pub fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -419,7 +435,14 @@ pub fn read_output(dir: &Path) -> Vec<OutRow> {
     rows
 }
 
-/// A `bad_file` row of `_rejects.parquet`: a skipped input file.
+/// Where a finished run keeps its rejected rows and skipped files, as
+/// docs/src/output.md documents it: in a `_` folder, so `out/*.parquet`
+/// holds only part files.
+pub const REJECTS_FILE: &str = "_rejects/rejects.parquet";
+/// Where a finished run keeps one record per forward pass.
+pub const BATCHES_FILE: &str = "_segpredict/batches.parquet";
+
+/// A `bad_file` row of the rejects file: a skipped input file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadFileRow {
     pub id: Option<String>,
@@ -427,10 +450,10 @@ pub struct BadFileRow {
     pub reason: String,
 }
 
-/// `_rejects.parquet` (which every completed run writes): its rejected
+/// [`REJECTS_FILE`] (which every completed run writes): its rejected
 /// input rows, and its `bad_file` rows (which alone have no source_row).
 fn read_rejects_file(dir: &Path) -> (Vec<RejectRow>, Vec<BadFileRow>) {
-    let path = dir.join("_rejects.parquet");
+    let path = dir.join(REJECTS_FILE);
     let (mut rows, mut bad_files) = (Vec::new(), Vec::new());
     for batch in read_batches(&path).unwrap_or_else(|e| panic!("{e}")) {
         let ids = strings(&batch, "id");
@@ -469,21 +492,21 @@ fn read_rejects_file(dir: &Path) -> (Vec<RejectRow>, Vec<BadFileRow>) {
     (rows, bad_files)
 }
 
-/// The rejected input rows of `_rejects.parquet`.
+/// The rejected input rows of [`REJECTS_FILE`].
 pub fn read_rejects(dir: &Path) -> Vec<RejectRow> {
     read_rejects_file(dir).0
 }
 
-/// The skipped files of `_rejects.parquet` (`bad_file` rows).
+/// The skipped files of [`REJECTS_FILE`] (`bad_file` rows).
 pub fn read_bad_files(dir: &Path) -> Vec<BadFileRow> {
     read_rejects_file(dir).1
 }
 
-/// The rows of `_batches.parquet`, each as a JSON object with the record's
+/// The rows of [`BATCHES_FILE`], each as a JSON object with the record's
 /// fields (null ones left out, `memory` nested), as the report's
 /// `batch_records` listed them before they were streamed to a file.
 pub fn read_batch_records(dir: &Path) -> Vec<serde_json::Value> {
-    let path = dir.join("_batches.parquet");
+    let path = dir.join(BATCHES_FILE);
     let mut records = Vec::new();
     for batch in read_batches(&path).unwrap_or_else(|e| panic!("{e}")) {
         for i in 0..batch.num_rows() {
@@ -521,7 +544,7 @@ fn json_value(array: &ArrayRef, i: usize) -> Option<serde_json::Value> {
             }
             serde_json::Value::Object(object)
         }
-        other => panic!("_batches.parquet has a column of type {other}"),
+        other => panic!("{BATCHES_FILE} has a column of type {other}"),
     })
 }
 
@@ -704,9 +727,10 @@ pub struct Baseline {
     pub output: Vec<OutRow>,
     pub rejects: Vec<RejectRow>,
     pub report: serde_json::Value,
-    /// `_batches.parquet`'s rows, as [`read_batch_records`] gives them.
+    /// [`BATCHES_FILE`]'s rows, as [`read_batch_records`] gives them.
     pub batch_records: Vec<serde_json::Value>,
     pub success_marker: bool,
+    /// Every file in the output, by its path relative to it.
     pub files: Vec<String>,
 }
 
@@ -727,7 +751,7 @@ pub fn baseline() -> &'static Baseline {
         let out = dir.path().join("out");
         let run = Pipeline::new(sample(), &out).run(&[]);
         let success_marker = out.join("_SUCCESS").is_file();
-        let files = list_dir(&out).iter().map(|p| file_name(p)).collect();
+        let files = list_tree(&out);
         let (output, rejects, report, batch_records) = if run.code == 0 {
             let report = read_report(&out);
             (

@@ -8,13 +8,13 @@
 
 use segpredict_core::exit::{Classify, Failure};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, AttemptNames, Name, OutputLayout, MANIFEST, SUCCESS};
-use crate::log::{begin_epoch, read_log, FileKind, LogError, LogState, LogWriter};
+use crate::log::{begin_epoch, read_log, read_on, FileKind, LogError, LogState, LogWriter};
 use crate::manifest::{ManifestError, RunManifest};
 use crate::store::{Holder, Lock, Store, StoreError};
 use segpredict_core::accounting::RowCounts;
@@ -125,6 +125,10 @@ pub struct Checkpoint {
     /// Set when this process loses its lock (a lease taken over after it
     /// stalled): the run's cancel flag, so the stages stop in order.
     on_lost_lock: Option<Arc<AtomicBool>>,
+    /// This shard's log as read so far: each later look reads on from it
+    /// (one request when nothing was appended), so a resume reads every
+    /// record once, not once per question (`benches/store/resume.py`).
+    log_read: Arc<Mutex<LogState>>,
 }
 
 /// An attempt that began: its names, the store, the lock it holds until it
@@ -168,6 +172,7 @@ impl Checkpoint {
             overwrite,
             wait_for_lock: Duration::ZERO,
             on_lost_lock: None,
+            log_read: Arc::new(Mutex::new(LogState::empty())),
         }
     }
 
@@ -185,7 +190,14 @@ impl Checkpoint {
 
     /// This shard's commit log as it stands.
     pub fn log(&self) -> Result<LogState, CheckpointError> {
-        Ok(read_log(self.store.as_ref(), self.shard)?)
+        let mut read = self.log_read.lock().unwrap_or_else(|e| e.into_inner());
+        read_on(self.store.as_ref(), self.shard, &mut read)?;
+        Ok(read.clone())
+    }
+
+    /// Forgets the log read so far: the output was replaced under it.
+    fn forget_log(&self) {
+        *self.log_read.lock().unwrap_or_else(|e| e.into_inner()) = LogState::empty();
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -263,7 +275,12 @@ impl Checkpoint {
             .filter(|k| {
                 !matches!(
                     Name::parse(k),
-                    Some(Name::Lock(_) | Name::Temporary | Name::LogRecord(..))
+                    Some(
+                        Name::Lock(_)
+                            | Name::Temporary
+                            | Name::LogRecord(..)
+                            | Name::LogCheckpoint(..)
+                    )
                 )
             })
             .collect();
@@ -311,7 +328,13 @@ impl Checkpoint {
             return Ok(Begun::ShardDone(lock));
         }
         self.claim_attempt(&layout)?;
-        let (state, writer) = begin_epoch(&self.store, self.shard, attempt, &holder_text())?;
+        let (state, writer) = begin_epoch(
+            &self.store,
+            self.shard,
+            attempt,
+            &holder_text(),
+            self.log()?,
+        )?;
         let Some(log) = writer else {
             return Ok(Begun::ShardDone(lock));
         };
@@ -421,6 +444,7 @@ impl Checkpoint {
         for key in keys {
             self.store.delete(&key)?;
         }
+        self.forget_log();
         Ok(self.manifest.write(self.store.as_ref())?)
     }
 
@@ -504,7 +528,7 @@ impl Attempt {
         let only_manifest = keys.iter().all(|k| {
             k == MANIFEST
                 || matches!(Name::parse(k), Some(Name::Lock(_) | Name::Temporary))
-                || matches!(Name::parse(k), Some(Name::LogRecord(s, _)) if s == shard)
+                || matches!(Name::parse(k), Some(Name::LogRecord(s, _) | Name::LogCheckpoint(s, _)) if s == shard)
         });
         // Only this attempt's `begin` in the log: nothing was committed.
         if !only_manifest || read_log(self.store.as_ref(), shard)?.next > 2 {
@@ -754,7 +778,7 @@ mod tests {
         // Shard 1 finished and was killed while committing the run.
         let store = LocalStore::new(out);
         let ones = crate::layout::temp_key(SUCCESS, "s001of003-9-0");
-        let twos = crate::layout::temp_key("_rejects.parquet", "s002of003-9-0");
+        let twos = crate::layout::temp_key(crate::layout::REJECTS, "s002of003-9-0");
         store.put(&ones, b"").unwrap();
         store.put(&twos, b"").unwrap();
         let done = ShardDone {
@@ -815,7 +839,7 @@ mod tests {
         drop(begin(&c0));
         let store = LocalStore::new(out);
         // Shard 0 was killed while committing; shard 1 then committed the run.
-        let mine = crate::layout::temp_key("_rejects.parquet", "s000of002-9-0");
+        let mine = crate::layout::temp_key(crate::layout::REJECTS, "s000of002-9-0");
         let theirs = crate::layout::temp_key("_report.json", "s001of002-9-1");
         store.put(&mine, b"").unwrap();
         store.put(&theirs, b"").unwrap();
@@ -848,7 +872,7 @@ mod tests {
             "cudnn_benchmark": false, "channels_last": false, "allocator_conf": null,
             "oom_events": 0, "oom_rejected_rows": 0, "wall_s": 0.0, "rows_per_s": 0.0,
             "segments_per_s": 0.0, "busy_s": {}, "strategy": "SegmentBudget",
-            "batches_file": "_batches.parquet"
+            "batches_file": "_segpredict/batches.parquet"
         })
     }
 
@@ -873,6 +897,38 @@ mod tests {
         assert!(!keys(out).contains(&"part-a001-00-00001.parquet".to_string()));
         let store = LocalStore::new(out);
         assert_eq!(RunManifest::read(&store).unwrap(), Some(other));
+    }
+
+    /// Format 3 kept `_rejects.parquet` and `_batches.parquet` beside the
+    /// parts: such an output is refused naming the format, and
+    /// `--overwrite` replaces it, those files included.
+    #[test]
+    fn a_format_3_output_is_refused_naming_the_format_and_overwrite_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let store = LocalStore::new(out);
+        let mut old = serde_json::to_value(manifest(1)).unwrap();
+        old["format"] = serde_json::json!(3);
+        store.put(MANIFEST, old.to_string().as_bytes()).unwrap();
+        for key in ["part-a001-00-00001.parquet", SUCCESS]
+            .into_iter()
+            .chain(crate::layout::LEGACY_RUN_FILES)
+        {
+            store.put(key, b"").unwrap();
+        }
+        let e = whole(out).begin().unwrap_err();
+        assert!(e.is_permanent());
+        let text = e.to_string();
+        assert!(
+            text.contains("manifest format differs (was 3, now 4)"),
+            "{text}"
+        );
+        let replacing = checkpoint(out, manifest(1), ShardSpec::WHOLE, true);
+        assert_eq!(replacing.verdict().unwrap(), Verdict::Replaced);
+        drop(begin(&replacing));
+        let left = keys(out);
+        assert!(left.iter().all(|k| !k.ends_with(".parquet")), "{left:?}");
+        assert_eq!(RunManifest::read(&store).unwrap(), Some(manifest(1)));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Committing a run: once every shard's log has a counted `done` record,
 //! check every shard's accounting against the manifest and the files its
-//! log counts, merge the rejects into `_rejects.parquet` and every shard's
-//! and attempt's batch records into `_batches.parquet` (each file checked
+//! log counts, merge the rejects into `_rejects/rejects.parquet` and every
+//! shard's and attempt's batch records into `_segpredict/batches.parquet` (each file checked
 //! against the checksum its record gives), write `_report.json`, remove
 //! the data files no counted record names (a stalled or killed writer's
 //! late uploads), and write `_SUCCESS` last. The shard that finishes last
@@ -18,15 +18,15 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use segpredict_core::exit::{content_or_io, Classify, Failure};
 use serde::{Deserialize, Serialize};
 
-use crate::batch_parts::merge_batches;
+use crate::batches::merge_batches;
 use crate::checkpoint::{self, ShardDone};
 use crate::committing::read_verified;
 use crate::layout::{self, BATCHES, COMMIT_TAG, REJECTS, REPORT_JSON, SUCCESS};
 use crate::log::{remove_uncounted, FileEntry, FileKind, LogState};
 use crate::manifest::RunManifest;
-use crate::reject_parts::merge_rejects;
+use crate::rejects::merge_rejects;
 use crate::store::{Store, StoreError};
-use crate::WriterError;
+use crate::FileError;
 use segpredict_core::accounting::RowCounts;
 use segpredict_core::message::SkippedFile;
 use segpredict_core::shard::ShardSpec;
@@ -61,7 +61,7 @@ pub enum CommitError {
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
     #[error(transparent)]
-    Writer(#[from] WriterError),
+    File(#[from] FileError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("reading {location}")]
@@ -94,7 +94,7 @@ impl Classify for CommitError {
             CommitError::Arrow { source, .. } => content_or_io(source),
             CommitError::Json { .. } => Failure::Permanent,
             CommitError::Checkpoint(e) => e.failure(),
-            CommitError::Writer(e) => e.failure(),
+            CommitError::File(e) => e.failure(),
             CommitError::Store(e) => e.failure(),
         }
     }
@@ -250,7 +250,7 @@ fn check_accounting(
     Ok(totals)
 }
 
-/// The run's id type as its committed files carry it, so `_rejects.parquet`
+/// The run's id type as its committed files carry it, so `_rejects/rejects.parquet`
 /// types the id as the parts do (text for a run that committed nothing).
 fn id_type(store: &dyn Store, files: &[FileEntry]) -> Result<DataType, CommitError> {
     let first = files

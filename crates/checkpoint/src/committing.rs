@@ -10,12 +10,27 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
+use parquet::basic::ZstdLevel;
 use parquet::file::properties::WriterProperties;
 use sha2::{Digest, Sha256};
 
-use super::store::{Store, StoreError, Upload};
-use super::WriterError;
 use crate::log::{Coverage, FileEntry, FileKind};
+use crate::store::{Store, StoreError, Upload};
+use crate::FileError;
+
+/// Rows per row group of the files written as a run goes (rejects, batch
+/// records) and of the run's merged files: the Parquet writer holds a row
+/// group in memory until it is full, so this, not the commit interval,
+/// bounds what they hold.
+const STREAMED_ROW_GROUP_ROWS: usize = 64 * 1024;
+
+/// Zstd, in row groups of `STREAMED_ROW_GROUP_ROWS`.
+pub fn streamed_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(STREAMED_ROW_GROUP_ROWS))
+        .build()
+}
 
 pub struct CommittingParquet {
     writer: Option<ArrowWriter<Hashed>>,
@@ -75,7 +90,7 @@ impl CommittingParquet {
         key: &str,
         schema: SchemaRef,
         properties: WriterProperties,
-    ) -> Result<Self, WriterError> {
+    ) -> Result<Self, FileError> {
         let location = store.locate(key);
         let upload = Hashed {
             upload: store.upload(key)?,
@@ -83,7 +98,7 @@ impl CommittingParquet {
             bytes: 0,
         };
         let writer = ArrowWriter::try_new(upload, schema, Some(properties)).map_err(|source| {
-            WriterError::Parquet {
+            FileError::Parquet {
                 location: location.clone(),
                 source,
             }
@@ -110,11 +125,11 @@ impl CommittingParquet {
         self.rows
     }
 
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), WriterError> {
-        let writer = self.writer.as_mut().ok_or_else(|| WriterError::Closed {
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), FileError> {
+        let writer = self.writer.as_mut().ok_or_else(|| FileError::Closed {
             location: self.location.clone(),
         })?;
-        writer.write(batch).map_err(|source| WriterError::Parquet {
+        writer.write(batch).map_err(|source| FileError::Parquet {
             location: self.location.clone(),
             source,
         })?;
@@ -125,12 +140,12 @@ impl CommittingParquet {
     /// Writes the footer and finishes the upload: the file is whole and
     /// durable under its name (visible to readers of the output once a
     /// commit record names it). On failure nothing is there.
-    pub fn commit(mut self) -> Result<Written, WriterError> {
-        let writer = self.writer.take().ok_or_else(|| WriterError::Closed {
+    pub fn commit(mut self) -> Result<Written, FileError> {
+        let writer = self.writer.take().ok_or_else(|| FileError::Closed {
             location: self.location.clone(),
         })?;
         // Flushes the last row group and writes the footer.
-        let hashed = writer.into_inner().map_err(|source| WriterError::Parquet {
+        let hashed = writer.into_inner().map_err(|source| FileError::Parquet {
             location: self.location.clone(),
             source,
         })?;
@@ -186,12 +201,12 @@ pub fn merge_parquet(
     dest: &str,
     schema: SchemaRef,
     extra: &[RecordBatch],
-) -> Result<u64, WriterError> {
-    let props = super::parts::streamed_properties();
+) -> Result<u64, FileError> {
+    let props = streamed_properties();
     let mut out = CommittingParquet::create(store, dest, schema.clone(), props)?;
     for part in parts {
         let location = store.locate(&part.key);
-        let parquet_error = |source| WriterError::Parquet {
+        let parquet_error = |source| FileError::Parquet {
             location: location.clone(),
             source,
         };
@@ -200,7 +215,7 @@ pub fn merge_parquet(
             .and_then(|b| b.with_batch_size(MERGE_BATCH_ROWS).build())
             .map_err(parquet_error)?;
         for batch in reader {
-            let arrow_error = |source| WriterError::Arrow {
+            let arrow_error = |source| FileError::Arrow {
                 location: location.clone(),
                 source,
             };

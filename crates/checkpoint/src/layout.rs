@@ -10,8 +10,8 @@
 //! _progress/log/S/NNNNNNNNNNNNNNNNNNNN.json   the shard's commit log (log.rs)
 //! _progress/report-S.svg                 a sharded run's per-shard plot
 //! _progress/lock-S                       held by the shard's one writer
-//! _rejects.parquet, _batches.parquet, _report.json, _report.svg,
-//!     _SUCCESS                           the commit
+//! _rejects/rejects.parquet, _segpredict/batches.parquet, _report.json,
+//!     _report.svg, _SUCCESS              the commit
 //! [folder/].NAME.S-PID-N.inprogress      any of these while being written
 //! ```
 //!
@@ -19,15 +19,26 @@
 //! names leave it out); `A` the attempt; `WW` the writer thread; `NNNNN`
 //! its file sequence. A temporary name carries the tag of the process
 //! writing it, so a shard removes only its own killed attempts' leftovers.
-//! `_progress/` starts with `_` so that Spark, Hive, pyarrow and DuckDB
-//! dataset readers skip it, as they skip `_SUCCESS`.
+//! Every `*.parquet` at the top is a part file of one schema, so
+//! `out/*.parquet` is one table in DuckDB, Polars and a shell glob; the
+//! run's other Parquet files live in folders starting with `_`, which
+//! Spark, Hive, pyarrow and pandas dataset readers skip, as they skip
+//! `_SUCCESS`. Manifest format 3 and earlier wrote `_rejects.parquet` and
+//! `_batches.parquet` at the top: still parsed as ours ([`LEGACY_RUN_FILES`])
+//! so `--overwrite` replaces such an output.
 
 use segpredict_core::shard::ShardSpec;
 pub use segpredict_store::temp::temp_key;
 use segpredict_store::temp::{file_name, has_temporary_shape};
 
-pub const REJECTS: &str = "_rejects.parquet";
-pub const BATCHES: &str = "_batches.parquet";
+/// Every rejected row and skipped file of the run (the run's commit).
+pub const REJECTS: &str = "_rejects/rejects.parquet";
+/// Every forward pass of the run (the run's commit).
+pub const BATCHES: &str = "_segpredict/batches.parquet";
+/// Where manifest format 3 and earlier put `REJECTS` and `BATCHES`.
+pub const LEGACY_RUN_FILES: [&str; 2] = ["_rejects.parquet", "_batches.parquet"];
+/// The folders of `REJECTS` and `BATCHES`, with their slash.
+const RUN_FOLDERS: [&str; 2] = ["_rejects/", "_segpredict/"];
 pub const REPORT_JSON: &str = "_report.json";
 pub const REPORT_SVG: &str = "_report.svg";
 pub const SUCCESS: &str = "_SUCCESS";
@@ -83,13 +94,17 @@ pub enum Name {
     AttemptMarker(AttemptNames),
     /// Record `seq` (from 1) of a shard's commit log.
     LogRecord(ShardSpec, u64),
+    /// The log's state up to record `seq`, written beside it so that a
+    /// reader starts there (Delta Lake's checkpoints).
+    LogCheckpoint(ShardSpec, u64),
     ShardSvg(ShardSpec),
     Lock(ShardSpec),
     /// A file being written (or left by a killed writer), with the tag of
     /// the process writing it.
     Temporary,
-    /// `_run.json`, `_rejects.parquet`, `_batches.parquet`, `_report.*`,
-    /// `_SUCCESS`.
+    /// `_run.json`, `_rejects/rejects.parquet`,
+    /// `_segpredict/batches.parquet`, `_report.*`, `_SUCCESS` (and the
+    /// [`LEGACY_RUN_FILES`]).
     RunFile,
 }
 
@@ -99,7 +114,8 @@ impl Name {
         if is_temporary(key) {
             return Some(Name::Temporary);
         }
-        if [MANIFEST, REJECTS, BATCHES, REPORT_JSON, REPORT_SVG, SUCCESS].contains(&key) {
+        let run_files = [MANIFEST, REJECTS, BATCHES, REPORT_JSON, REPORT_SVG, SUCCESS];
+        if run_files.contains(&key) || LEGACY_RUN_FILES.contains(&key) {
             return Some(Name::RunFile);
         }
         for kind in [DataKind::Part, DataKind::Rejects, DataKind::Batches] {
@@ -116,9 +132,19 @@ impl Name {
             }));
         }
         if let Some(rest) = rest.strip_prefix("log/") {
-            let (tag, seq) = rest.strip_suffix(".json")?.split_once('/')?;
-            let seq = parse_number(seq).filter(|_| seq.len() == LOG_DIGITS)?;
-            return Some(Name::LogRecord(parse_tag(tag)?, seq));
+            let (tag, stem) = rest.strip_suffix(".json")?.split_once('/')?;
+            let (seq, checkpoint) = match stem.strip_suffix(".checkpoint") {
+                Some(seq) => (seq, true),
+                None => (stem, false),
+            };
+            let (shard, seq) = (
+                parse_tag(tag)?,
+                parse_number(seq).filter(|_| seq.len() == LOG_DIGITS)?,
+            );
+            return Some(match checkpoint {
+                true => Name::LogCheckpoint(shard, seq),
+                false => Name::LogRecord(shard, seq),
+            });
         }
         if let Some(tag) = rest.strip_prefix("report-") {
             return Some(Name::ShardSvg(parse_tag(tag.strip_suffix(".svg")?)?));
@@ -172,12 +198,15 @@ fn is_log_folder(folder: &str) -> bool {
 }
 
 /// A temporary file of ours: only where this program writes (the top,
-/// `_progress/` and the commit logs in it), so a dot-file of that shape
-/// elsewhere is not ours.
+/// `_progress/` and the commit logs in it, the run files' folders), so a
+/// dot-file of that shape elsewhere is not ours.
 fn is_temporary(key: &str) -> bool {
     let name = file_name(key);
     let folder = &key[..key.len() - name.len()];
-    let ours = folder.is_empty() || folder == "_progress/" || is_log_folder(folder);
+    let ours = folder.is_empty()
+        || folder == "_progress/"
+        || RUN_FOLDERS.contains(&folder)
+        || is_log_folder(folder);
     ours && has_temporary_shape(key)
 }
 
@@ -247,7 +276,17 @@ impl OutputLayout {
 
     /// Record `seq` (from 1) of `shard`'s commit log.
     pub fn log_record(shard: ShardSpec, seq: u64) -> String {
-        format!("{PROGRESS}/log/{}/{seq:020}.json", shard.tag())
+        format!("{}{seq:020}.json", Self::log_folder(shard))
+    }
+
+    /// The log's state up to record `seq`.
+    pub fn log_checkpoint(shard: ShardSpec, seq: u64) -> String {
+        format!("{}{seq:020}.checkpoint.json", Self::log_folder(shard))
+    }
+
+    /// The folder of a shard's log records and checkpoints.
+    pub fn log_folder(shard: ShardSpec) -> String {
+        format!("{PROGRESS}/log/{}/", shard.tag())
     }
 
     /// This shard's plot, where a sharded run keeps it.
@@ -348,6 +387,11 @@ mod tests {
             );
             let record = OutputLayout::log_record(names.shard, 17);
             assert_eq!(Name::parse(&record), Some(Name::LogRecord(names.shard, 17)));
+            let checkpoint = OutputLayout::log_checkpoint(names.shard, 100);
+            assert_eq!(
+                Name::parse(&checkpoint),
+                Some(Name::LogCheckpoint(names.shard, 100))
+            );
             let temp = temp_key(&record, &format!("{}-1-0", names.shard.tag()));
             assert_eq!(Name::parse(&temp), Some(Name::Temporary));
             assert_eq!(Name::parse(&layout.lock()), Some(Name::Lock(names.shard)));
@@ -366,6 +410,25 @@ mod tests {
         assert!(!sharded(1, 3, 1).is_leftover(&temp));
         let commit = temp_key(SUCCESS, "s000of001-5-9");
         assert!(OutputLayout::new().is_leftover(&commit));
+    }
+
+    #[test]
+    fn the_run_files_and_their_temporaries_are_ours_and_no_other_parquet_sits_beside_the_parts() {
+        for key in [REJECTS, BATCHES] {
+            assert_eq!(Name::parse(key), Some(Name::RunFile), "{key}");
+            // One table at the top: only part files end in .parquet there.
+            assert!(key.starts_with('_') && key.contains('/'), "{key}");
+            let temp = temp_key(key, "s000of001-5-9");
+            assert_eq!(Name::parse(&temp), Some(Name::Temporary), "{temp}");
+            assert!(OutputLayout::new().is_leftover(&temp), "{temp}");
+        }
+        for key in LEGACY_RUN_FILES {
+            assert_eq!(Name::parse(key), Some(Name::RunFile), "{key}");
+        }
+        assert!(!is_ours("_rejects/notes.parquet"));
+        assert!(!is_ours(
+            "_segpredict/.x.parquet.s000of001-1-0.inprogress.bak"
+        ));
     }
 
     #[test]

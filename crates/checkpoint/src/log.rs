@@ -122,8 +122,9 @@ impl Classify for LogError {
     }
 }
 
-/// A shard's log as read: the records that count, in order.
-#[derive(Debug, Clone, Default)]
+/// A shard's log as read: the records that count, in order. Also what a
+/// log checkpoint holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LogState {
     /// The number the next record takes.
     pub next: u64,
@@ -188,18 +189,62 @@ impl LogState {
     }
 }
 
-/// A shard's log from its first record up to the first number missing.
+impl LogState {
+    /// The state before the first record.
+    pub fn empty() -> Self {
+        Self {
+            next: 1,
+            ..Self::default()
+        }
+    }
+}
+
+/// A log checkpoint is written after every this many records: a reader
+/// reads at most this many records after the newest checkpoint (plus one
+/// listing of the log's folder and the checkpoint), not the whole log.
+pub const CHECKPOINT_EVERY: u64 = 50;
+
+/// A shard's log from its first record up to the first number missing:
+/// from its newest checkpoint on, when there is one that reads.
 pub fn read_log(store: &dyn Store, shard: ShardSpec) -> Result<LogState, LogError> {
-    let mut state = LogState {
-        next: 1,
-        ..LogState::default()
-    };
+    let mut state = newest_checkpoint(store, shard)?.unwrap_or_else(LogState::empty);
     read_on(store, shard, &mut state)?;
     Ok(state)
 }
 
-/// Reads the records from `state.next` on into `state`.
-fn read_on(store: &dyn Store, shard: ShardSpec, state: &mut LogState) -> Result<(), LogError> {
+/// The state the newest readable checkpoint holds. A checkpoint is only a
+/// shortcut (the records it sums stay): one that does not parse, or names
+/// a number past what the log holds, is passed over.
+fn newest_checkpoint(store: &dyn Store, shard: ShardSpec) -> Result<Option<LogState>, LogError> {
+    let mut found: Vec<u64> = store
+        .list(&OutputLayout::log_folder(shard))?
+        .iter()
+        .filter_map(|key| match Name::parse(key) {
+            Some(Name::LogCheckpoint(s, seq)) if s == shard => Some(seq),
+            _ => None,
+        })
+        .collect();
+    found.sort_unstable();
+    for seq in found.into_iter().rev() {
+        let key = OutputLayout::log_checkpoint(shard, seq);
+        let Some(bytes) = store.get(&key)? else {
+            continue;
+        };
+        match serde_json::from_slice::<LogState>(&bytes) {
+            Ok(state) if state.next == seq + 1 => return Ok(Some(state)),
+            _ => {
+                tracing::warn!(file = %store.locate(&key), "passed over a log checkpoint that does not read")
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Reads the records from `state.next` on into `state`: a state read
+/// earlier is brought up to date with one request for the next number
+/// when nothing was appended (records are never replaced, so what was
+/// read stays true).
+pub fn read_on(store: &dyn Store, shard: ShardSpec, state: &mut LogState) -> Result<(), LogError> {
     while let Some(record) = record(store, shard, state.next)? {
         state.apply(record);
     }
@@ -230,15 +275,16 @@ fn put(store: &dyn Store, shard: ShardSpec, seq: u64, record: &Record) -> Result
 }
 
 /// Begins epoch `epoch` of `shard`: appends its `begin` record after
-/// everything there, and returns the log as it stood before it (final: no
-/// record of an earlier epoch counts after it) and the writer of the
-/// epoch's records. A `done` record found first ends it: nothing is
-/// appended.
+/// everything there (read on from `known`, the log as read so far), and
+/// returns the log as it stood before it (final: no record of an earlier
+/// epoch counts after it) and the writer of the epoch's records. A `done`
+/// record found first ends it: nothing is appended.
 pub fn begin_epoch(
     store: &Arc<dyn Store>,
     shard: ShardSpec,
     epoch: u32,
     holder: &str,
+    known: LogState,
 ) -> Result<(LogState, Option<LogWriter>), LogError> {
     let record = Record {
         epoch,
@@ -247,7 +293,8 @@ pub fn begin_epoch(
             started: segpredict_core::time::now_rfc3339(),
         },
     };
-    let mut state = read_log(store.as_ref(), shard)?;
+    let mut state = known;
+    read_on(store.as_ref(), shard, &mut state)?;
     loop {
         if state.done.is_some() {
             return Ok((state, None));
@@ -257,8 +304,12 @@ pub fn begin_epoch(
                 store: store.clone(),
                 shard,
                 epoch,
-                next: Arc::new(Mutex::new(state.next + 1)),
+                state: Arc::new(Mutex::new(state.clone())),
             };
+            writer.appended(
+                &mut writer.state.lock().unwrap_or_else(|e| e.into_inner()),
+                record,
+            );
             return Ok((state, Some(writer)));
         }
         // Another writer appended meanwhile: read on, try after it.
@@ -267,13 +318,16 @@ pub fn begin_epoch(
 }
 
 /// Appends one attempt's records; shared by its writer threads (one record
-/// at a time, so their numbers never race inside the process).
+/// at a time, so their numbers never race inside the process). It keeps
+/// the log's state as it appends (no other process's record can come
+/// between its own without fencing it), and writes a checkpoint of it
+/// after every [`CHECKPOINT_EVERY`] records.
 #[derive(Debug, Clone)]
 pub struct LogWriter {
     store: Arc<dyn Store>,
     shard: ShardSpec,
     epoch: u32,
-    next: Arc<Mutex<u64>>,
+    state: Arc<Mutex<LogState>>,
 }
 
 impl LogWriter {
@@ -283,7 +337,10 @@ impl LogWriter {
 
     /// Makes `files` visible, or learns that a newer attempt began.
     pub fn commit(&self, files: Vec<FileEntry>) -> Result<u64, LogError> {
-        self.append(Entry::Commit { files })
+        let (count, rows) = (files.len(), files.iter().map(|f| f.rows).sum::<u64>());
+        let record = self.append(Entry::Commit { files })?;
+        tracing::debug!(record, files = count, rows, "appended a commit record");
+        Ok(record)
     }
 
     /// Records that the shard is done.
@@ -296,14 +353,40 @@ impl LogWriter {
             epoch: self.epoch,
             entry,
         };
-        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if put(self.store.as_ref(), self.shard, *next, &record)? {
-                *next += 1;
-                return Ok(*next - 1);
+            let seq = state.next;
+            if put(self.store.as_ref(), self.shard, seq, &record)? {
+                self.appended(&mut state, record);
+                return Ok(seq);
             }
-            self.check_not_fenced(*next)?;
-            *next += 1;
+            self.check_not_fenced(seq)?;
+            state.next += 1;
+        }
+    }
+
+    /// `record` is in the log as number `state.next`.
+    fn appended(&self, state: &mut LogState, record: Record) {
+        let seq = state.next;
+        state.apply(record);
+        if seq % CHECKPOINT_EVERY == 0 {
+            self.write_checkpoint(seq, state);
+        }
+    }
+
+    /// A failed checkpoint costs readers time, never correctness: it is
+    /// logged and the run goes on.
+    fn write_checkpoint(&self, seq: u64, state: &LogState) {
+        let key = OutputLayout::log_checkpoint(self.shard, seq);
+        let written = serde_json::to_vec(state)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                self.store
+                    .put_if_absent(&key, &bytes)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(error) = written {
+            tracing::warn!(file = %self.store.locate(&key), %error, "could not write a log checkpoint");
         }
     }
 
@@ -311,7 +394,7 @@ impl LogWriter {
     /// failure of this writer (its temporary files removed under it, say)
     /// is then best told as that.
     pub fn superseded(&self) -> Option<LogError> {
-        let next = *self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let next = self.state.lock().unwrap_or_else(|e| e.into_inner()).next;
         self.check_not_fenced(next).err()
     }
 
@@ -410,7 +493,14 @@ mod tests {
     }
 
     fn begin(dir: &std::path::Path, epoch: u32, holder: &str) -> (LogState, Option<LogWriter>) {
-        begin_epoch(&store(dir), ShardSpec::WHOLE, epoch, holder).unwrap()
+        begin_epoch(
+            &store(dir),
+            ShardSpec::WHOLE,
+            epoch,
+            holder,
+            LogState::empty(),
+        )
+        .unwrap()
     }
 
     fn part(key: &str, rows: std::ops::Range<u64>) -> FileEntry {
@@ -425,6 +515,90 @@ mod tests {
                 ranges: vec![rows.start, rows.end],
             }],
         }
+    }
+
+    /// Every record read one at a time, checkpoints ignored.
+    fn read_every_record(dir: &std::path::Path) -> LogState {
+        let mut state = LogState::empty();
+        read_on(store(dir).as_ref(), ShardSpec::WHOLE, &mut state).unwrap();
+        state
+    }
+
+    fn keys(state: &LogState) -> Vec<String> {
+        state.files.iter().map(|f| f.key.clone()).collect()
+    }
+
+    #[test]
+    fn a_reader_starts_at_the_newest_checkpoint_and_reads_the_same_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, first) = begin(dir.path(), 1, "first");
+        let first = first.unwrap();
+        for i in 0..70u64 {
+            first
+                .commit(vec![part(
+                    &format!("part-a001-00-{i:05}.parquet"),
+                    i * 10..i * 10 + 10,
+                )])
+                .unwrap();
+        }
+        // A second attempt fences the first; its records follow.
+        let (_, second) = begin(dir.path(), 2, "second");
+        let second = second.unwrap();
+        for i in 0..40u64 {
+            second
+                .commit(vec![part(
+                    &format!("part-a002-00-{i:05}.parquet"),
+                    700 + i..701 + i,
+                )])
+                .unwrap();
+        }
+        let s = store(dir.path());
+        let folder = OutputLayout::log_folder(ShardSpec::WHOLE);
+        let checkpoints: Vec<String> = s
+            .list(&folder)
+            .unwrap()
+            .into_iter()
+            .filter(|k| k.ends_with(".checkpoint.json"))
+            .collect();
+        // 1 + 70 + 1 + 40 = 112 records: checkpoints after 50 and 100.
+        assert_eq!(checkpoints.len(), 2, "{checkpoints:?}");
+        let want = read_every_record(dir.path());
+        assert_eq!(want.next, 113);
+        let got = read_log(s.as_ref(), ShardSpec::WHOLE).unwrap();
+        assert_eq!((got.next, got.epoch), (want.next, want.epoch));
+        assert_eq!(keys(&got), keys(&want));
+        assert_eq!(got.files.len(), 70 + 40);
+        // Started at record 101: records 1..=100 removed, it still reads.
+        for seq in 1..=100 {
+            s.delete(&OutputLayout::log_record(ShardSpec::WHOLE, seq))
+                .unwrap();
+        }
+        assert_eq!(
+            keys(&read_log(s.as_ref(), ShardSpec::WHOLE).unwrap()),
+            keys(&want)
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_that_does_not_read_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, first) = begin(dir.path(), 1, "first");
+        let first = first.unwrap();
+        for i in 0..60u64 {
+            first
+                .commit(vec![part(
+                    &format!("part-a001-00-{i:05}.parquet"),
+                    i..i + 1,
+                )])
+                .unwrap();
+        }
+        let s = store(dir.path());
+        let key = OutputLayout::log_checkpoint(ShardSpec::WHOLE, 50);
+        s.delete(&key).unwrap();
+        s.put(&key, b"{not json").unwrap();
+        let got = read_log(s.as_ref(), ShardSpec::WHOLE).unwrap();
+        assert_eq!(keys(&got), keys(&read_every_record(dir.path())));
+        assert_eq!(got.files.len(), 60);
     }
 
     #[test]

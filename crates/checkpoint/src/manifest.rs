@@ -23,7 +23,11 @@ use segpredict_core::message::InputFile;
 /// different run.
 /// 3: a local input's identity holds its inode and change time, and input
 /// paths are canonical.
-pub const MANIFEST_FORMAT: u32 = 3;
+/// 4: the run's rejects and batch records moved from `_rejects.parquet` and
+/// `_batches.parquet` to `_rejects/rejects.parquet` and
+/// `_segpredict/batches.parquet`, so `out/*.parquet` is one table; an
+/// output of format 3 is refused (`--overwrite` replaces it).
+pub const MANIFEST_FORMAT: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

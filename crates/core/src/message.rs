@@ -211,7 +211,8 @@ impl Segmented for Row {
     }
 }
 
-/// Why a row was rejected, as `_rejects.parquet`'s `kind` column names it.
+/// Why a row was rejected, as the rejects file's (`_rejects/rejects.parquet`) `kind` column names
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RejectKind {
@@ -237,7 +238,7 @@ pub enum RejectKind {
     /// More segments than `[bucketing] max_segments_per_row` allows.
     TooManySegments,
     /// A whole input file left out (`on_bad_file = "skip"`): one row per
-    /// file in `_rejects.parquet`, with no `source_row`. Not an input row:
+    /// file in `_rejects/rejects.parquet`, with no `source_row`. Not an input row:
     /// a file that cannot be read has no rows the run could count.
     BadFile,
     /// A row of a row group that failed to decode mid-run (a corrupt page)
@@ -251,7 +252,7 @@ pub enum RejectKind {
 }
 
 impl RejectKind {
-    /// The stable machine-readable name written to `_rejects.parquet`.
+    /// The stable machine-readable name written to `_rejects/rejects.parquet`.
     pub fn as_str(self) -> &'static str {
         match self {
             RejectKind::NullId => "null_id",
@@ -278,7 +279,7 @@ impl std::fmt::Display for RejectKind {
 }
 
 /// Why a row did not reach the output. Every input row ends either in the
-/// output or as a `Reject` in `_rejects.parquet`.
+/// output or as a `Reject` in `_rejects/rejects.parquet`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reject {
     /// The id when it could be read.
@@ -345,6 +346,19 @@ pub struct Batch {
 #[derive(Debug)]
 pub struct Predictions {
     pub rows: Vec<RowMeta>,
+    /// The top-1 class and its probability, per row.
+    pub label_ids: Vec<i32>,
+    pub scores: Vec<f32>,
+    /// The `k` most probable classes per row (`[writers] top_k`), or `None`.
+    pub top: Option<TopK>,
+}
+
+/// The `k` most probable classes of each row of a batch, row-major: row
+/// `r`'s are `label_ids[r * k..(r + 1) * k]`, most probable first; its
+/// first is the row's top-1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopK {
+    pub k: usize,
     pub label_ids: Vec<i32>,
     pub scores: Vec<f32>,
 }

@@ -74,7 +74,7 @@ pub struct MemoryStats {
 }
 
 /// What the model worker measured of one forward pass. Records are not
-/// kept: each goes to the writers' batch files (`_batches.parquet` once
+/// kept: each goes to the writers' batch files (`_segpredict/batches.parquet` once
 /// the run is committed), and the worker keeps only their sums (`stats`:
 /// `BatchTotals`, `MemoryTrack` and a `PlotSample`).
 #[derive(Debug, Clone, PartialEq)]

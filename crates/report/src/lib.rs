@@ -1,5 +1,5 @@
 //! The run report: `_report.json` with the totals (over every attempt) and
-//! per-batch statistics, pointing to `_batches.parquet` for the records
+//! per-batch statistics, pointing to `_segpredict/batches.parquet` for the records
 //! themselves (streamed to disk by the writers, never held), `_report.svg`
 //! plotting a bounded sample of them, the short summary a person reads at
 //! the end of a run, and the calibration's text.
@@ -278,7 +278,8 @@ pub struct RunFacts {
     /// The batches of this shard's earlier attempts, read back from their
     /// committed batch files.
     pub earlier_batches: BatchTotals,
-    /// `_batches.parquet`'s name in the output directory.
+    /// The batch records' file, relative to the output
+    /// (`_segpredict/batches.parquet`).
     pub batches_file: String,
     /// Seconds spent warming the size classes before the first row (CUDA,
     /// padded, `[model] warm_size_classes`).

@@ -276,11 +276,14 @@ pub struct Worker {
 impl Worker {
     /// Labels, device, cuDNN mode and model: everything the worker needs,
     /// loaded and checked before any thread starts. `padded_shapes` says
-    /// whether bucketing pads batches to size classes.
+    /// whether bucketing pads batches to size classes; `top_k` (`[writers]
+    /// top_k`, at most the labels' count) asks each row's most probable
+    /// classes too.
     pub fn load(
         config: &ModelConfig,
         inputs: InputSpec,
         padded_shapes: bool,
+        top_k: Option<usize>,
     ) -> Result<Self, WorkerError> {
         // On a thread that then ends. libgomp keeps an OpenMP team for every
         // thread that ran a parallel operator, and while it manages more
@@ -289,7 +292,7 @@ impl Worker {
         // thread slept and was woken at every operator of every batch.
         std::thread::scope(|scope| {
             scope
-                .spawn(|| Self::load_here(config, inputs, padded_shapes))
+                .spawn(|| Self::load_here(config, inputs, padded_shapes, top_k))
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
@@ -299,12 +302,13 @@ impl Worker {
         config: &ModelConfig,
         inputs: InputSpec,
         padded_shapes: bool,
+        top_k: Option<usize>,
     ) -> Result<Self, WorkerError> {
         let labels = Arc::new(load_labels(&config.labels)?);
         let device = choose_device(&config.device)?;
         let cudnn_benchmark = set_cudnn_benchmark(config, padded_shapes, device)?;
         let loading = Instant::now();
-        let mut model = Model::load(config, device, &inputs, labels.len())?;
+        let mut model = Model::load(config, device, &inputs, labels.len(), top_k)?;
         tracing::debug!(seconds = loading.elapsed().as_secs_f64(), "model loaded");
         if device.is_cuda() {
             // Before the feeding threads start, so they keep off its core

@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 use super::alloc::DeviceEvent;
 use super::backend::{load_backend, ModelBackend};
 use super::{ModelConfig, TorchError, WorkerError};
-use segpredict_core::message::{Batch, BatchExtra, InputSpec, SegmentDtype};
+use segpredict_core::message::{Batch, BatchExtra, InputSpec, SegmentDtype, TopK};
 
 /// The model, its device, and what it is fed.
 pub struct Model {
@@ -18,22 +18,28 @@ pub struct Model {
     segment_shape: Vec<i64>,
     segment_dtype: SegmentDtype,
     n_labels: usize,
+    /// `[writers] top_k`: the classes each row's answer names.
+    top_k: Option<usize>,
 }
 
 /// One forward pass's answer for each row.
 pub struct Predicted {
     pub label_ids: Vec<i32>,
     pub scores: Vec<f32>,
+    /// The `top_k` most probable classes per row, when asked for.
+    pub top: Option<TopK>,
     /// Device milliseconds from the batch's first queued operation to its
     /// answers reaching the host (idle gaps inside the batch included);
     /// `None` on CPU.
     pub device_ms: Option<f64>,
 }
 
-/// A forward pass queued on the device, its answers on their way to the host.
+/// A forward pass queued on the device, its answers on their way to the host:
+/// per row its top-1, or its `top_k` most probable classes (row-major).
 pub struct Launched {
     scores: Tensor,
     ids: Tensor,
+    top_k: Option<usize>,
     start: Option<DeviceEvent>,
     done: Option<DeviceEvent>,
 }
@@ -49,22 +55,40 @@ impl Launched {
             }
             _ => None,
         };
-        let scores = Vec::<f32>::try_from(&self.scores)?;
-        let ids = Vec::<i64>::try_from(&self.ids)?;
-        Ok(Predicted {
-            label_ids: ids.into_iter().map(|i| i as i32).collect(),
-            scores,
-            device_ms,
+        let scores = Vec::<f32>::try_from(&self.scores.f_reshape([-1])?)?;
+        let ids = Vec::<i64>::try_from(&self.ids.f_reshape([-1])?)?;
+        let ids: Vec<i32> = ids.into_iter().map(|i| i as i32).collect();
+        Ok(match self.top_k {
+            None => Predicted {
+                label_ids: ids,
+                scores,
+                top: None,
+                device_ms,
+            },
+            // `[writers] top_k` is at least 1 (checked with the settings).
+            Some(k) => Predicted {
+                label_ids: ids.iter().step_by(k.max(1)).copied().collect(),
+                scores: scores.iter().step_by(k.max(1)).copied().collect(),
+                top: Some(TopK {
+                    k,
+                    label_ids: ids,
+                    scores,
+                }),
+                device_ms,
+            },
         })
     }
 }
 
 impl Model {
+    /// `top_k` (at most `n_labels`) asks for each row's most probable
+    /// classes besides its top-1.
     pub fn load(
         config: &ModelConfig,
         device: Device,
         inputs: &InputSpec,
         n_labels: usize,
+        top_k: Option<usize>,
     ) -> Result<Self, WorkerError> {
         let backend = load_backend(config, device, config.dtype.kind(), inputs)?;
         let kind = backend.input_kind().unwrap_or(config.dtype.kind());
@@ -75,6 +99,7 @@ impl Model {
             segment_shape: inputs.segment_shape.iter().map(|&d| d as i64).collect(),
             segment_dtype: inputs.segment_dtype,
             n_labels,
+            top_k,
         })
     }
 
@@ -134,7 +159,11 @@ impl Model {
             ))));
         }
         let probs = logits.f_softmax(-1, Kind::Float)?;
-        let (scores, ids) = probs.f_max_dim(-1, false)?;
+        let (scores, ids) = match self.top_k {
+            // Sorted, most probable first: [rows, k].
+            Some(k) => probs.f_topk(k as i64, -1, true, true)?,
+            None => probs.f_max_dim(-1, false)?,
+        };
         // Non-blocking copies land in pinned host memory; `done` marks when.
         let non_blocking = self.device.is_cuda();
         let scores = scores.f_to_device_(Device::Cpu, Kind::Float, non_blocking, false)?;
@@ -143,6 +172,7 @@ impl Model {
         Ok(Launched {
             scores,
             ids,
+            top_k: self.top_k,
             start,
             done,
         })

@@ -125,6 +125,7 @@ impl Run<'_> {
             rows: batch.rows,
             label_ids: predicted.label_ids,
             scores: predicted.scores,
+            top: predicted.top,
         };
         // The record goes to disk with the rows, not into memory.
         Ok(self.out.send(WriterMsg::Predictions(predictions)).is_ok()

@@ -1,13 +1,14 @@
-//! The run report's per-batch records, committed as they arise (never
-//! held for the whole run): each writer thread appends the records it
-//! receives to its own file under `_progress/`, committed with its part
-//! files under the same rules; earlier attempts' files are read back, a
-//! batch at a time, for the report's totals; the run's commit concatenates
-//! every shard's and attempt's into `_batches.parquet`.
+//! The format of the run report's per-batch records: each writer thread
+//! (the `segpredict-writers` crate) appends the records it receives to its
+//! own file under `_progress/`, committed with its part files under the
+//! same rules; earlier attempts' files are read back here, a batch at a
+//! time, for the report's totals; the run's commit concatenates every
+//! shard's and attempt's into `_segpredict/batches.parquet`
+//! ([`crate::layout::BATCHES`]).
 //!
 //! The one conversion between a [`BatchRecord`] and a row of these files is
-//! here, both ways (`records_batch`, `records_of`), and a test round-trips
-//! every field.
+//! here, both ways (`records_batch`, `records_of`), and a test in
+//! `segpredict-writers` round-trips every field.
 
 use std::sync::Arc;
 
@@ -21,10 +22,11 @@ use arrow::datatypes::{UInt32Type, UInt64Type};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::committing::{merge_parquet, CommittingParquet};
-use super::layout::AttemptNames;
-use super::store::Store;
-use super::{parts, WriterError};
+use crate::committing::{merge_parquet, read_verified};
+use crate::layout::AttemptNames;
+use crate::log::FileEntry;
+use crate::store::Store;
+use crate::FileError;
 use segpredict_core::message::{BatchRecord, FlushReason, MemoryStats};
 use segpredict_core::stats::BatchTotals;
 
@@ -48,7 +50,7 @@ fn memory_fields() -> Fields {
         .collect()
 }
 
-/// `_batches.parquet`'s columns: the shard (its 0-based index) and attempt
+/// `_segpredict/batches.parquet`'s columns: the shard (its 0-based index) and attempt
 /// that ran the batch, then the record's fields as `_report.json` used to
 /// list them; `device_ms` and `memory` are null on CPU.
 pub fn batches_schema() -> SchemaRef {
@@ -103,7 +105,7 @@ fn memory_column(records: &[BatchRecord]) -> Result<ArrayRef, arrow::error::Arro
 }
 
 /// Records as one record batch of [`batches_schema`].
-fn records_batch(
+pub fn records_batch(
     records: &[BatchRecord],
     names: AttemptNames,
 ) -> Result<RecordBatch, arrow::error::ArrowError> {
@@ -148,9 +150,9 @@ fn records_batch(
     RecordBatch::try_new(batches_schema(), columns)
 }
 
-/// The records of one record batch of the batch file `path`.
-fn records_of(batch: &RecordBatch, location: &str) -> Result<Vec<BatchRecord>, WriterError> {
-    let content = |problem: String| WriterError::Content {
+/// The records of one record batch of the batch file at `location`.
+pub fn records_of(batch: &RecordBatch, location: &str) -> Result<Vec<BatchRecord>, FileError> {
+    let content = |problem: String| FileError::Content {
         location: location.to_string(),
         problem,
     };
@@ -204,55 +206,6 @@ fn records_of(batch: &RecordBatch, location: &str) -> Result<Vec<BatchRecord>, W
         .collect()
 }
 
-/// Records a writer holds before it hands them to the Parquet writer, so
-/// each is not an Arrow batch of its own.
-const PENDING_RECORDS: usize = 256;
-
-/// One writer thread's open batch file.
-pub struct BatchPart {
-    file: CommittingParquet,
-    names: AttemptNames,
-    pending: Vec<BatchRecord>,
-}
-
-impl BatchPart {
-    pub fn create(store: &dyn Store, key: &str, names: AttemptNames) -> Result<Self, WriterError> {
-        let props = parts::streamed_properties();
-        Ok(Self {
-            file: CommittingParquet::create(store, key, batches_schema(), props)?,
-            names,
-            pending: Vec::with_capacity(PENDING_RECORDS),
-        })
-    }
-
-    pub fn write(&mut self, record: BatchRecord) -> Result<(), WriterError> {
-        self.pending.push(record);
-        match self.pending.len() >= PENDING_RECORDS {
-            true => self.flush(),
-            false => Ok(()),
-        }
-    }
-
-    fn flush(&mut self) -> Result<(), WriterError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let batch =
-            records_batch(&self.pending, self.names).map_err(|source| WriterError::Arrow {
-                location: self.file.location().to_string(),
-                source,
-            })?;
-        self.file.write(&batch)?;
-        self.pending.clear();
-        Ok(())
-    }
-
-    pub fn commit(mut self) -> Result<crate::log::FileEntry, WriterError> {
-        self.flush()?;
-        Ok(self.file.commit()?.entry(crate::log::FileKind::Batches))
-    }
-}
-
 /// Rows per record batch while reading batch files back.
 const READ_BATCH_ROWS: usize = 16 * 1024;
 
@@ -260,21 +213,21 @@ const READ_BATCH_ROWS: usize = 16 * 1024;
 /// at a time.
 pub fn add_batch_files(
     store: &dyn Store,
-    files: &[crate::log::FileEntry],
+    files: &[FileEntry],
     totals: &mut BatchTotals,
-) -> Result<(), WriterError> {
+) -> Result<(), FileError> {
     for file in files {
         let location = store.locate(&file.key);
-        let parquet_error = |source| WriterError::Parquet {
+        let parquet_error = |source| FileError::Parquet {
             location: location.clone(),
             source,
         };
-        let bytes = super::committing::read_verified(store, file)?;
+        let bytes = read_verified(store, file)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
             .map_err(parquet_error)?;
         for batch in reader {
-            let batch = batch.map_err(|source| WriterError::Arrow {
+            let batch = batch.map_err(|source| FileError::Arrow {
                 location: location.clone(),
                 source,
             })?;
@@ -290,92 +243,8 @@ pub fn add_batch_files(
 /// empty), as `merge_rejects` does for rejects. Returns the records.
 pub fn merge_batches(
     store: &dyn Store,
-    batch_parts: &[crate::log::FileEntry],
+    batch_parts: &[FileEntry],
     dest: &str,
-) -> Result<u64, WriterError> {
+) -> Result<u64, FileError> {
     merge_parquet(store, batch_parts, dest, batches_schema(), &[])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use segpredict_core::shard::ShardSpec;
-
-    fn record(seq: u64, memory: bool) -> BatchRecord {
-        BatchRecord {
-            seq,
-            rows: 3,
-            segments: 40,
-            padded_segments: 64,
-            flush_reason: FlushReason::EndOfInput,
-            queued_at_ms: 1.5,
-            launch_ms: 0.25,
-            done_at_ms: 4.0,
-            wall_ms: 2.5,
-            device_ms: memory.then_some(2.0),
-            split_depth: 1,
-            memory: memory.then_some(MemoryStats {
-                allocated: 1,
-                allocated_peak: 2,
-                reserved: 3,
-                reserved_peak: 4,
-                inactive_split: 5,
-                alloc_retries: 6,
-                ooms: 7,
-                device_free: 8,
-                device_total: 9,
-            }),
-        }
-    }
-
-    #[test]
-    fn records_round_trip_through_committed_files_and_merge() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::LocalStore::new(dir.path());
-        let names = AttemptNames {
-            shard: ShardSpec::new(2, 3).unwrap(),
-            attempt: 2,
-        };
-        let records: Vec<_> = (0..600).map(|seq| record(seq, seq % 2 == 0)).collect();
-        let committed = "batches-1.parquet".to_string();
-        let mut part = BatchPart::create(&store, &committed, names).unwrap();
-        for r in &records {
-            part.write(r.clone()).unwrap();
-        }
-        let entry = part.commit().unwrap();
-        assert_eq!(entry.key, committed);
-
-        let file = std::fs::File::open(dir.path().join(&committed)).unwrap();
-        let batches = ParquetRecordBatchReaderBuilder::try_new(file)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut read = Vec::new();
-        for batch in batches {
-            let batch = batch.unwrap();
-            let shards = batch
-                .column_by_name("shard")
-                .unwrap()
-                .as_primitive::<UInt32Type>();
-            assert!(shards.values().iter().all(|&s| s == 2));
-            read.extend(records_of(&batch, &committed).unwrap());
-        }
-        assert_eq!(read, records);
-
-        let mut totals = BatchTotals::default();
-        add_batch_files(&store, std::slice::from_ref(&entry), &mut totals).unwrap();
-        assert_eq!(totals.batches, 600);
-        assert_eq!(totals.device_ms_histogram.count(), 300);
-
-        let dest = "_batches.parquet";
-        assert_eq!(
-            merge_batches(&store, &[entry.clone(), entry.clone()], dest).unwrap(),
-            1200
-        );
-        assert_eq!(merge_batches(&store, &[], dest).unwrap(), 0);
-        // A committed file changed since its record: refused, naming it.
-        std::fs::write(dir.path().join(&committed), b"not what was committed").unwrap();
-        let e = add_batch_files(&store, &[entry], &mut totals).unwrap_err();
-        assert!(e.to_string().contains("batches-1.parquet"), "{e}");
-    }
 }

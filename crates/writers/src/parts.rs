@@ -3,18 +3,21 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Float32Array, Int32Array, Int64Array, StringArray, StringDictionaryBuilder,
+    ArrayRef, Float32Array, Int32Array, Int64Array, ListArray, StringArray, StringDictionaryBuilder,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, FieldRef, Int32Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::committing::CommittingParquet;
-use super::store::Store;
+use segpredict_checkpoint::rejects::id_type;
+use segpredict_checkpoint::store::Store;
+use segpredict_checkpoint::{CommittingParquet, FileEntry, FileError, FileKind};
+
 use super::{Compression, OutputSchema, WriterError};
-use segpredict_core::message::{IdKind, Predictions, RowId};
+use segpredict_core::message::{IdKind, Predictions, RowId, TopK};
 
 pub struct PartWriter {
     file: CommittingParquet,
@@ -22,21 +25,13 @@ pub struct PartWriter {
     output: OutputSchema,
 }
 
-/// The output's columns: the id as read, the prediction, and where the row
-/// came from, so any order can be restored by sorting.
-/// The Arrow type ids of this kind are written as, in parts and rejects.
-pub fn id_type(id_kind: IdKind) -> DataType {
-    match id_kind {
-        IdKind::Str => DataType::Utf8,
-        IdKind::Int => DataType::Int64,
-        IdKind::UInt => DataType::UInt64,
-    }
-}
-
-/// The part's schema: the output's own columns, then the carried ones.
-pub fn arrow_schema(id_kind: IdKind, carried: Option<&SchemaRef>) -> SchemaRef {
-    let own = [
-        Field::new("id", id_type(id_kind), false),
+/// The part files' columns, the one place they are decided: the id as
+/// read, the prediction, and where the row came from, so any order can be
+/// restored by sorting; then, with `[writers] top_k`, the most probable
+/// classes. [`PartWriter`] fills them in this order.
+pub fn output_arrow_schema(output: &OutputSchema) -> SchemaRef {
+    let mut fields = vec![
+        Field::new("id", id_type(output.id_kind), false),
         Field::new("label", DataType::Utf8, false),
         Field::new("label_id", DataType::Int32, false),
         Field::new("score", DataType::Float32, false),
@@ -47,13 +42,72 @@ pub fn arrow_schema(id_kind: IdKind, carried: Option<&SchemaRef>) -> SchemaRef {
         ),
         Field::new("source_row", DataType::Int64, false),
     ];
-    let carried = carried.into_iter().flat_map(|c| c.fields().iter().cloned());
+    if output.top_k.is_some() {
+        fields.push(Field::new_list(
+            "top_labels",
+            top_item(DataType::Utf8),
+            false,
+        ));
+        fields.push(Field::new_list(
+            "top_scores",
+            top_item(DataType::Float32),
+            false,
+        ));
+    }
+    let carried = output
+        .carried
+        .iter()
+        .flat_map(|c| c.fields().iter().cloned());
     Arc::new(Schema::new(
-        own.into_iter()
+        fields
+            .into_iter()
             .map(Arc::new)
             .chain(carried)
             .collect::<Vec<_>>(),
     ))
+}
+
+/// The items of the top-k list columns: never null.
+fn top_item(data_type: DataType) -> FieldRef {
+    Arc::new(Field::new_list_field(data_type, false))
+}
+
+/// The label names of class ids, each checked against the labels file.
+fn label_names<'a>(labels: &'a [String], ids: &[i32]) -> Result<Vec<&'a str>, WriterError> {
+    ids.iter()
+        .map(|&id| {
+            usize::try_from(id)
+                .ok()
+                .and_then(|i| labels.get(i))
+                .map(String::as_str)
+                .ok_or(WriterError::UnknownLabel {
+                    label_id: id,
+                    n_labels: labels.len(),
+                })
+        })
+        .collect()
+}
+
+/// `top_labels` and `top_scores`: `k` items per row, most probable first.
+fn top_columns(labels: &[String], top: &TopK) -> Result<[ArrayRef; 2], WriterError> {
+    let rows = top.label_ids.len() / top.k.max(1);
+    let offsets = || OffsetBuffer::from_lengths(std::iter::repeat_n(top.k, rows));
+    let names = StringArray::from(label_names(labels, &top.label_ids)?);
+    let scores = Float32Array::from(top.scores.clone());
+    Ok([
+        Arc::new(ListArray::new(
+            top_item(DataType::Utf8),
+            offsets(),
+            Arc::new(names),
+            None,
+        )),
+        Arc::new(ListArray::new(
+            top_item(DataType::Float32),
+            offsets(),
+            Arc::new(scores),
+            None,
+        )),
+    ])
 }
 
 pub fn properties(compression: Compression) -> WriterProperties {
@@ -66,19 +120,6 @@ pub fn properties(compression: Compression) -> WriterProperties {
     WriterProperties::builder().set_compression(codec).build()
 }
 
-/// Rows per row group of the files written as a run goes (rejects, batch
-/// records): the Parquet writer holds a row group in memory until it is
-/// full, so this, not the commit interval, bounds what they hold.
-const STREAMED_ROW_GROUP_ROWS: usize = 64 * 1024;
-
-/// Zstd, in row groups of `STREAMED_ROW_GROUP_ROWS`.
-pub fn streamed_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(parquet::basic::Compression::ZSTD(ZstdLevel::default()))
-        .set_max_row_group_row_count(Some(STREAMED_ROW_GROUP_ROWS))
-        .build()
-}
-
 impl PartWriter {
     /// Starts the part `key`, visible only once committed.
     pub fn create(
@@ -87,7 +128,7 @@ impl PartWriter {
         compression: Compression,
         output: &OutputSchema,
     ) -> Result<Self, WriterError> {
-        let schema = arrow_schema(output.id_kind, output.carried.as_ref());
+        let schema = output_arrow_schema(output);
         let file = CommittingParquet::create(store, key, schema.clone(), properties(compression))?;
         Ok(Self {
             file,
@@ -105,31 +146,18 @@ impl PartWriter {
         for row in &predictions.rows {
             self.file.covers(row.origin);
         }
-        self.file.write(&batch)
+        Ok(self.file.write(&batch)?)
     }
 
     /// Puts the part under its name, whole, for a commit record to name;
     /// on failure nothing is left behind.
-    pub fn finish(self) -> Result<crate::log::FileEntry, WriterError> {
-        Ok(self.file.commit()?.entry(crate::log::FileKind::Part))
+    pub fn finish(self) -> Result<FileEntry, WriterError> {
+        Ok(self.file.commit()?.entry(FileKind::Part))
     }
 
     fn record_batch(&self, p: &Predictions) -> Result<RecordBatch, WriterError> {
         let labels = &self.output.labels;
-        let label_names = p
-            .label_ids
-            .iter()
-            .map(|&id| {
-                usize::try_from(id)
-                    .ok()
-                    .and_then(|i| labels.get(i))
-                    .map(String::as_str)
-                    .ok_or(WriterError::UnknownLabel {
-                        label_id: id,
-                        n_labels: labels.len(),
-                    })
-            })
-            .collect::<Result<Vec<&str>, _>>()?;
+        let names = label_names(labels, &p.label_ids)?;
         let ids = id_array(self.output.id_kind, p);
         let mut sources = StringDictionaryBuilder::<Int32Type>::new();
         for row in &p.rows {
@@ -141,7 +169,7 @@ impl PartWriter {
         }
         let mut columns: Vec<ArrayRef> = vec![
             ids,
-            Arc::new(StringArray::from(label_names)),
+            Arc::new(StringArray::from(names)),
             Arc::new(Int32Array::from(p.label_ids.clone())),
             Arc::new(Float32Array::from(p.scores.clone())),
             Arc::new(sources.finish()),
@@ -152,12 +180,19 @@ impl PartWriter {
                     .collect::<Int64Array>(),
             ),
         ];
+        // Asked for and not given, the columns are missing: an error below.
+        if let (Some(_), Some(top)) = (self.output.top_k, &p.top) {
+            columns.extend(top_columns(labels, top)?);
+        }
         if let Some(carried) = &self.output.carried {
             columns.extend(self.carried_columns(carried, p)?);
         }
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|source| WriterError::Arrow {
-            location: self.file.location().to_string(),
-            source,
+        let batch = RecordBatch::try_new(self.schema.clone(), columns);
+        batch.map_err(|source| {
+            WriterError::File(FileError::Arrow {
+                location: self.file.location().to_string(),
+                source,
+            })
         })
     }
 }
@@ -172,9 +207,11 @@ impl PartWriter {
         carried: &SchemaRef,
         p: &Predictions,
     ) -> Result<Vec<ArrayRef>, WriterError> {
-        let arrow_error = |source| WriterError::Arrow {
-            location: self.file.location().to_string(),
-            source,
+        let arrow_error = |source| {
+            WriterError::File(FileError::Arrow {
+                location: self.file.location().to_string(),
+                source,
+            })
         };
         let fields: Vec<SortField> = carried
             .fields()

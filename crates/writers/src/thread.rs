@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::batch_parts::BatchPart;
-use super::parts::PartWriter;
-use super::reject_parts::RejectPart;
-use super::store::Store;
-use super::{OutputLayout, OutputSchema, WriterConfig, WriterError};
-use crate::log::{FileEntry, FileKind, LogWriter};
+use crate::batch_parts::BatchPart;
+use crate::parts::PartWriter;
+use crate::reject_parts::RejectPart;
+use crate::{OutputSchema, WriterConfig, WriterError};
+use segpredict_checkpoint::store::Store;
+use segpredict_checkpoint::{FileEntry, FileKind, LogWriter, OutputLayout};
 use segpredict_core::message::{
     BatchRecord, Predictions, Reject, RejectKind, WriterMsg, WriterReport,
 };
