@@ -199,6 +199,9 @@ impl PipelineConfig {
             toml::from_str(text).map_err(error)?
         };
         config.bucketing.max_segments_given = budget_given;
+        // `[writers] carry` is planned by the readers: they read the columns.
+        config.readers.carry = config.writers.carry.clone();
+        config.readers.reserved = segpredict_writers::output_columns();
         Ok(config)
     }
 

@@ -46,6 +46,52 @@ def segments_flat(table: pa.Table):
     return offsets - start, data.reshape(-1, width)[start:stop]
 
 
+def carried_columns(n: int) -> dict[str, pa.Array]:
+    """Columns beside the sample's for `[writers] carry`, a pure function of
+    the row index, each with nulls: string, float64, timestamp (UTC, us),
+    list of int32 (some empty), and a mostly-null string."""
+    cities = ["Lyon", "Kyiv", "Oslo", "Lima", None, "Nara"]
+    return {
+        "city": pa.array([cities[i % len(cities)] for i in range(n)], pa.string()),
+        "weight": pa.array([None if i % 11 == 3 else i * 0.25 - 7.5 for i in range(n)], pa.float64()),
+        "seen_at": pa.array(
+            [None if i % 13 == 5 else 1_796_000_000_000_000 + i * 1_000_003 for i in range(n)],
+            pa.timestamp("us", tz="UTC"),
+        ),
+        "codes": pa.array(
+            [None if i % 9 == 4 else list(range(i % 4)) for i in range(n)], pa.list_(pa.int32())
+        ),
+        "note": pa.array([f"n{i}" if i % 17 == 0 else None for i in range(n)], pa.string()),
+    }
+
+
+def cmd_carry(a, t):
+    """The sample with `carried_columns` appended, in row groups of
+    --row-group-size."""
+    for name, array in carried_columns(t.num_rows).items():
+        t = t.append_column(name, array)
+    pq.write_table(t, a.out, row_group_size=a.row_group_size)
+
+
+def cmd_hive(a, t):
+    """The sample split into Hive partitions under OUT (a folder):
+    `dt=2026-12-0K/part-J.parquet`, rows dealt in order (part k of the
+    sample's rows, so the concatenation in path order is the sample), and
+    beside them what a reader must skip: `_SUCCESS`, `_tmp/`, `.hidden/`,
+    `dt=2026-12-01/.part-9.parquet.crc`."""
+    out = Path(a.out)
+    cuts = [0, 500, 900, 1400, t.num_rows]
+    for k, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
+        folder = out / f"dt=2026-12-0{1 + k // 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(t.slice(lo, hi - lo), folder / f"part-{k % 2}.parquet", row_group_size=a.row_group_size)
+    (out / "_SUCCESS").write_bytes(b"")
+    for skipped in ["_tmp", ".hidden"]:
+        (out / skipped).mkdir(exist_ok=True)
+        pq.write_table(t.slice(0, 3), out / skipped / "part-0.parquet")
+    (out / "dt=2026-12-01" / ".part-9.parquet.crc").write_bytes(b"x")
+
+
 def cmd_subset(a, t):
     pq.write_table(t, a.out)
 
@@ -542,6 +588,8 @@ COMMANDS = {
     "int-ids": cmd_int_ids,
     "empty": cmd_empty,
     "take": cmd_take,
+    "carry": cmd_carry,
+    "hive": cmd_hive,
 }
 
 

@@ -45,6 +45,10 @@
 //!   mid-run, footer-identical files swapped, a file truncated under skip,
 //!   two spellings of a path), a range damaged in transit, 503 bursts and an
 //!   outage ridden out, a missing bucket in one line.
+//! * `carry`: `[writers] carry`: input columns of every type beside the
+//!   predictions, equal to their own rows after bucketing, sharded and
+//!   resumed; bad names refused before the run.
+//! * `hive`: Hive-partitioned input on disk and in S3, the key carried.
 //! * `tidy`: the crate graph and the rules the compiler cannot hold.
 //!
 //! Input variants are made by `tests/fixtures.py` with the venv's Python.
@@ -55,6 +59,7 @@ mod util;
 
 mod aoti;
 mod azure;
+mod carry;
 mod deploy;
 mod docs;
 mod engines;
@@ -63,6 +68,7 @@ mod faults;
 mod fenced;
 mod gcs;
 mod gpu;
+mod hive;
 mod images;
 mod inputs;
 mod objects;

@@ -137,7 +137,12 @@ pub(super) fn fingerprint(config: &PipelineConfig) -> Result<Fingerprint> {
     Ok(Fingerprint {
         model_sha256: hash(model, "model")?,
         labels_sha256: hash(labels, "labels file")?,
-        columns: format!("{:?}", config.readers.columns),
+        // Carried columns change the parts' schema: a run carrying others
+        // is another run (nothing carried leaves the text as it was).
+        columns: match &config.readers.carry {
+            c if c.is_nothing() => format!("{:?}", config.readers.columns),
+            c => format!("{:?} carry {c:?}", config.readers.columns),
+        },
         dtype: format!("{:?}", config.model.dtype).to_lowercase(),
     })
 }

@@ -184,6 +184,7 @@ fn output_schema(
         labels: worker.labels(),
         sources: plan.sources.clone(),
         top_k: writers.top_k,
+        carried: plan.carried.as_ref().map(|c| c.schema.clone()),
         live: Arc::clone(live),
     }
 }

@@ -50,6 +50,11 @@ pub struct BucketingConfig {
     /// buckets leave before they fill, with few rows held to fill them up,
     /// wasting GPU work on padding.
     pub max_held_rows: usize,
+    /// Bound on the host bytes of the rows held across all buckets, in MiB:
+    /// their segments (as decoded) and their `[writers] carry` values (in
+    /// Arrow's row format, as they travel). When reached, the bucket with
+    /// the most segments leaves early, as at `max_held_rows`. Default 4096.
+    pub max_held_mib: usize,
     /// Pad each batch's segment total up to a size class so the model sees few
     /// shapes. Default: on for CUDA, off on CPU. Costs the padded segments'
     /// compute (at most the gap to the next class); on a GPU it saves
@@ -112,6 +117,7 @@ impl Default for BucketingConfig {
             max_segments: 4096,
             max_rows: 1024,
             max_held_rows: 16384,
+            max_held_mib: 4096,
             pad_to_size_classes: None,
             size_classes: None,
             strategy: BatchingStrategy::SegmentBudget,
@@ -129,6 +135,8 @@ pub enum BucketingError {
     ZeroMaxRows,
     #[error("bucketing: max_held_rows must be at least 1")]
     ZeroMaxHeldRows,
+    #[error("bucketing: max_held_mib must be at least 1")]
+    ZeroMaxHeldMib,
     #[error("bucketing: size_classes must not be empty")]
     EmptySizeClasses,
     #[error("bucketing: size_classes must all be at least 1")]
@@ -160,6 +168,9 @@ impl BucketingConfig {
         }
         if self.max_held_rows == 0 {
             return Err(BucketingError::ZeroMaxHeldRows);
+        }
+        if self.max_held_mib == 0 {
+            return Err(BucketingError::ZeroMaxHeldMib);
         }
         match &self.size_classes {
             Some(classes) => validate_size_classes(classes, self.max_segments),
@@ -415,11 +426,14 @@ impl Segmented for Size {
 pub struct Bucketer<T: Segmented> {
     buckets: [Bucket<T>; BUCKET_COUNT],
     held_rows: usize,
+    /// Host bytes of the held rows (`Segmented::held_bytes`).
+    held_bytes: usize,
     /// Rows pushed so far: the next row's place in the arrival order.
     arrivals: u64,
     max_segments: usize,
     max_rows: usize,
     max_held_rows: usize,
+    max_held_bytes: usize,
     pad_to_size_classes: bool,
     size_classes: Vec<usize>,
     /// Set by `lower_budget`: some buckets may now hold more than the budget
@@ -435,10 +449,12 @@ impl<T: Segmented> Bucketer<T> {
         Ok(Self {
             buckets: std::array::from_fn(|_| Bucket::new()),
             held_rows: 0,
+            held_bytes: 0,
             arrivals: 0,
             max_segments: config.max_segments,
             max_rows: config.max_rows,
             max_held_rows: config.max_held_rows,
+            max_held_bytes: config.max_held_mib.saturating_mul(1 << 20),
             pad_to_size_classes: config.pads(),
             size_classes: config.effective_size_classes(),
             replan_pending: false,
@@ -483,6 +499,9 @@ impl<T: Segmented> Bucketer<T> {
             None => {}
         }
         if self.held_rows >= self.max_held_rows {
+            self.flush_fullest_bucket(&mut ready);
+        }
+        while self.held_bytes >= self.max_held_bytes && self.held_rows > 0 {
             self.flush_fullest_bucket(&mut ready);
         }
         ready
@@ -538,6 +557,11 @@ impl<T: Segmented> Bucketer<T> {
         self.held_rows
     }
 
+    /// Host bytes of the rows held now: segments and carried values.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
     pub fn size_classes(&self) -> &[usize] {
         &self.size_classes
     }
@@ -559,6 +583,7 @@ impl<T: Segmented> Bucketer<T> {
     }
 
     fn hold_again(&mut self, index: usize, held: Held<T>) {
+        self.held_bytes += held.row.held_bytes();
         self.bucket_mut(index).push(held);
         self.held_rows += 1;
     }
@@ -566,7 +591,15 @@ impl<T: Segmented> Bucketer<T> {
     fn take_bucket(&mut self, index: usize) -> VecDeque<Held<T>> {
         let rows = self.bucket_mut(index).take_rows();
         self.held_rows -= rows.len();
+        let bytes: usize = rows.iter().map(|h| h.row.held_bytes()).sum();
+        self.held_bytes -= bytes;
         rows
+    }
+
+    /// A row taken out of its bucket for a leaving batch.
+    fn release(&mut self, held: &Held<T>) {
+        self.held_rows -= 1;
+        self.held_bytes -= held.row.held_bytes();
     }
 
     /// Why the bucket must leave now, if it is full: a bucket exactly at budget
@@ -620,7 +653,7 @@ impl<T: Segmented> Bucketer<T> {
             index = index.min(bucket_index(room));
             match self.bucket_mut(index).pop_oldest_within(room) {
                 Some(held) => {
-                    self.held_rows -= 1;
+                    self.release(&held);
                     batch.add(held);
                 }
                 None if index == 0 => break,
@@ -642,7 +675,7 @@ impl<T: Segmented> Bucketer<T> {
         let mut batch = Gathering::new();
         for _ in 0..leaving {
             if let Some(held) = self.bucket_mut(index).pop_oldest_within(usize::MAX) {
-                self.held_rows -= 1;
+                self.release(&held);
                 batch.add(held);
             }
         }
@@ -893,6 +926,7 @@ mod tests {
         assert_eq!(config.max_segments, 4096);
         assert_eq!(config.max_rows, 1024);
         assert_eq!(config.max_held_rows, 16384);
+        assert_eq!(config.max_held_mib, 4096);
         assert_eq!(config.pad_to_size_classes, None);
         assert!(config.pads(), "padded until the device settles it");
         assert_eq!(config.size_classes, None);
@@ -970,6 +1004,54 @@ mod tests {
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].n_segments, 20);
         assert_eq!(batches[0].padded_segments, 30);
+    }
+
+    /// A row whose held bytes are set (its carried values, say).
+    struct Heavy {
+        segments: usize,
+        bytes: usize,
+    }
+
+    impl Segmented for Heavy {
+        fn n_segments(&self) -> usize {
+            self.segments
+        }
+
+        fn held_bytes(&self) -> usize {
+            self.bytes
+        }
+    }
+
+    #[test]
+    fn held_bytes_over_max_held_mib_send_the_fullest_bucket_early() {
+        let bound = BucketingConfig {
+            max_held_mib: 1,
+            ..config(1000, 100, 100)
+        };
+        let mut bucketer = Bucketer::<Heavy>::new(&bound).unwrap();
+        let heavy = |segments| Heavy {
+            segments,
+            bytes: 300 << 10,
+        };
+        for segments in [1, 2, 3] {
+            assert!(bucketer.push(heavy(segments)).is_empty());
+        }
+        assert_eq!(bucketer.held_bytes(), 900 << 10);
+        // The fourth passes 1 MiB: the bucket with the most segments (2-3)
+        // leaves, topped up with what fits, until under the bound.
+        let left = bucketer.push(heavy(1));
+        assert!(!left.is_empty());
+        assert!(left.iter().all(|b| b.reason == FlushReason::MemoryBound));
+        assert!(bucketer.held_bytes() < 1 << 20);
+        let rows_left: usize = left.iter().map(|b| b.rows.len()).sum();
+        assert_eq!(bucketer.held_bytes(), (4 - rows_left) * (300 << 10));
+        bucketer.finish();
+        assert_eq!((bucketer.held_rows(), bucketer.held_bytes()), (0, 0));
+        let zero = BucketingConfig {
+            max_held_mib: 0,
+            ..config(8, 1, 1)
+        };
+        assert_eq!(zero.validate(), Err(BucketingError::ZeroMaxHeldMib));
     }
 
     // ---- hand-written behaviour ----

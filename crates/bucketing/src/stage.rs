@@ -208,6 +208,7 @@ mod tests {
                     file_idx: 0,
                     row_idx: id as u64,
                 },
+                carried: Box::default(),
             },
             n_segments: n,
             segments: vec![fill; n * SEGMENT_BYTES].into_boxed_slice(),

@@ -4,6 +4,7 @@
 //! its tests build and run without it.
 
 pub mod accounting;
+pub mod carry;
 pub mod cpu;
 pub mod done;
 pub mod exit;

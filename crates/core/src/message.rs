@@ -13,6 +13,11 @@ use serde::Serialize;
 /// Anything with a segment count can be bucketed.
 pub trait Segmented {
     fn n_segments(&self) -> usize;
+    /// Host bytes the row holds while it waits in a bucket (its segments
+    /// and carried values), for bucketing's `max_held_bytes`.
+    fn held_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// The type of the id column: the readers find it, the writers keep it.
@@ -61,6 +66,11 @@ pub struct InputFile {
     /// An object's ETag, or its version where the store keeps versions:
     /// what changes when it is rewritten. Empty for a local file.
     pub version: String,
+    /// Hive partition keys and values of the folders between the input's
+    /// root and the file (`dt=2026-12-05/`), outermost first; a value is
+    /// `None` for `__HIVE_DEFAULT_PARTITION__` (null). Part of the path,
+    /// so of the identity too.
+    pub partitions: Vec<(String, Option<String>)>,
 }
 
 impl InputFile {
@@ -117,6 +127,10 @@ impl std::fmt::Display for RowId {
 pub struct RowMeta {
     pub id: RowId,
     pub origin: Origin,
+    /// The row's `[writers] carry` columns in Arrow's row format (the
+    /// readers encode, the writers decode, both from the plan's carried
+    /// schema); empty when nothing is carried.
+    pub carried: Box<[u8]>,
 }
 
 /// The element type of a segment as stored in Parquet; the model worker
@@ -190,6 +204,10 @@ pub struct Row {
 impl Segmented for Row {
     fn n_segments(&self) -> usize {
         self.n_segments
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.segments.len() + self.meta.carried.len()
     }
 }
 

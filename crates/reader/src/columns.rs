@@ -140,7 +140,7 @@ impl ColumnMapping {
         }
     }
 
-    fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.id.as_str())
             .chain(std::iter::once(self.segments.name.as_str()))
             .chain(self.extras.iter().map(|e| e.name.as_str()))

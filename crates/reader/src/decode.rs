@@ -198,7 +198,11 @@ fn decode_row(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|(k, r)| reject(k, r))?;
     Ok(Row {
-        meta: RowMeta { id, origin },
+        meta: RowMeta {
+            id,
+            origin,
+            carried: Box::default(),
+        },
         n_segments,
         segments: bytes.into_boxed_slice(),
         extras,

@@ -21,10 +21,66 @@ pub fn input_files(path: &Path) -> Result<Vec<InputFile>, ReaderError> {
     if segpredict_storage::is_object_url(&text) {
         return object_files(&text);
     }
-    input_paths(&canonical_input(path))?
+    let input = canonical_input(path);
+    // Partition folders are those below the folder given (or the glob's
+    // literal root); a file named outright has none.
+    let root = if is_glob(&input) {
+        glob_root(&input)
+    } else {
+        input.clone()
+    };
+    input_paths(&input)?
         .into_iter()
-        .map(located)
+        .map(|file| {
+            let below = file.strip_prefix(&root).unwrap_or(Path::new(""));
+            let partitions = partitions_of(&below.to_string_lossy());
+            located(file).map(|f| InputFile { partitions, ..f })
+        })
         .collect()
+}
+
+/// The Hive partitions of a file's path below the input's root: each
+/// folder named `key=value` (not the file's own name), outermost first,
+/// the value percent-decoded as Hive and pyarrow write it, and
+/// `__HIVE_DEFAULT_PARTITION__` (Hive's null) as `None`. Other folders are
+/// no partition.
+pub(crate) fn partitions_of(below_root: &str) -> Vec<(String, Option<String>)> {
+    let mut parts: Vec<&str> = below_root.split('/').filter(|p| !p.is_empty()).collect();
+    parts.pop();
+    parts
+        .into_iter()
+        .filter_map(|part| part.split_once('='))
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| {
+            let value = percent_decode(value);
+            let value = Some(value).filter(|v| v != "__HIVE_DEFAULT_PARTITION__");
+            (percent_decode(key), value)
+        })
+        .collect()
+}
+
+/// `%XX` escapes decoded; anything else (a stray `%`) kept as it is.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `path` setting in one spelling, so `./in`, `in/`, `file:///data/in`
@@ -55,7 +111,13 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     };
     let objects = segpredict_storage::list_objects(&url).map_err(|e| storage_error(text, e))?;
     let literal = url.prefix().split(['*', '?', '[']).next().unwrap_or("");
-    let root = literal.rsplit_once('/').map_or("", |(root, _)| root);
+    // Markers and partitions are looked for below the prefix, or below a
+    // glob's literal folder.
+    let root = if segpredict_storage::is_glob(url.prefix()) {
+        literal.rsplit_once('/').map_or("", |(root, _)| root)
+    } else {
+        url.prefix()
+    };
     let exact: Vec<_> = objects
         .iter()
         .filter(|o| o.location.as_ref() == url.prefix())
@@ -63,16 +125,7 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     let chosen: Vec<_> = if exact.is_empty() {
         objects
             .iter()
-            .filter(|o| {
-                is_data_key(
-                    o.location.as_ref(),
-                    if segpredict_storage::is_glob(url.prefix()) {
-                        root
-                    } else {
-                        url.prefix()
-                    },
-                )
-            })
+            .filter(|o| is_data_key(o.location.as_ref(), root))
             .collect()
     } else {
         exact
@@ -85,6 +138,12 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
     Ok(chosen
         .into_iter()
         .map(|o| InputFile {
+            partitions: o
+                .location
+                .as_ref()
+                .strip_prefix(root)
+                .map(partitions_of)
+                .unwrap_or_default(),
             path: PathBuf::from(url.url_of(&o.location)),
             size_bytes: o.size,
             modified: None,
@@ -147,6 +206,7 @@ fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
         row_groups: 0,
         footer_sha256: String::new(),
         version: String::new(),
+        partitions: Vec::new(),
     };
     set_identity(&mut file, &metadata);
     Ok(file)
@@ -213,16 +273,12 @@ fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ReaderError> {
     Ok(files)
 }
 
+/// A folder's `*.parquet` files, its sub-folders' too (Hive partitions,
+/// `dt=2026-12-05/part-0.parquet`), leaving out every `_`- or `.`-prefixed
+/// file and folder below it; sorted by path.
 fn dir_files(dir: &Path) -> Result<Vec<PathBuf>, ReaderError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| ReaderError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && is_data_file(p))
-        .collect();
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
     files.sort();
     if files.is_empty() {
         return Err(ReaderError::NoMatch {
@@ -230,6 +286,24 @@ fn dir_files(dir: &Path) -> Result<Vec<PathBuf>, ReaderError> {
         });
     }
     Ok(files)
+}
+
+fn collect_files(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReaderError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| ReaderError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        let hidden = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(['_', '.']));
+        if path.is_dir() && !hidden {
+            collect_files(&path, files)?;
+        } else if path.is_file() && is_data_file(&path) {
+            files.push(path);
+        }
+    }
+    Ok(())
 }
 
 fn is_data_file(path: &Path) -> bool {
@@ -280,13 +354,35 @@ mod tests {
         );
         let flat = input_paths(&root.join("*.parquet")).unwrap();
         assert_eq!(names(&flat, &root), ["part-00000.parquet"]);
-        // A directory lists the same way; a file named outright is read.
+        // A directory lists recursively, as the recursive glob; a file
+        // named outright is read.
         assert_eq!(
             names(&input_paths(&root).unwrap(), &root),
-            ["part-00000.parquet"]
+            ["day=1/part-00001.parquet", "part-00000.parquet"]
         );
         let named = root.join("_rejects.parquet");
         assert_eq!(input_paths(&named).unwrap(), [named]);
+    }
+
+    #[test]
+    fn hive_folders_below_the_root_are_partitions() {
+        let some = |k: &str, v: &str| (k.to_string(), Some(v.to_string()));
+        assert_eq!(
+            partitions_of("dt=2026-12-05/hour=07/part-0.parquet"),
+            [some("dt", "2026-12-05"), some("hour", "07")]
+        );
+        // Other folders are not; the file's own name never is; values are
+        // percent-decoded; Hive's null is null.
+        assert_eq!(
+            partitions_of("/raw/city=New%20York/x=1.parquet"),
+            [some("city", "New York")]
+        );
+        assert_eq!(
+            partitions_of("dt=__HIVE_DEFAULT_PARTITION__/p.parquet"),
+            [("dt".to_string(), None)]
+        );
+        assert!(partitions_of("p.parquet").is_empty());
+        assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! is left out (at planning) or has its rows rejected (mid-run).
 
 mod bad_unit;
+pub mod carry;
 mod columns;
 mod decode;
 mod discover;
@@ -49,8 +50,9 @@ use segpredict_core::message::{IdKind, ReaderStats, RowChunk};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReaderConfig {
-    /// A Parquet file, a directory of `*.parquet` files, or a glob such as
-    /// `data/2026-12-*/part-*.parquet`. Required.
+    /// A Parquet file, a directory (read recursively: Hive partitions'
+    /// `key=value` folders become columns `[writers] carry` can name), or
+    /// a glob such as `data/2026-12-*/part-*.parquet`. Required.
     pub path: PathBuf,
     /// Reader threads; 0 picks half the cores (at least 1, at most 8). Default 0.
     /// More threads decode more row groups at once, each holding one
@@ -84,6 +86,14 @@ pub struct ReaderConfig {
     /// not, 32 added nothing); each holds one row group's compressed bytes.
     #[serde(default = "default_fetch_concurrency")]
     pub fetch_concurrency: usize,
+    /// `[writers] carry`, copied here when the pipeline is loaded (no
+    /// `[readers]` key): the plan resolves it against the input's columns
+    /// and partition keys, and the readers read and encode those columns.
+    #[serde(skip)]
+    pub carry: segpredict_core::carry::Carry,
+    /// The output's own column names, which no carried column may take.
+    #[serde(skip)]
+    pub reserved: Vec<String>,
 }
 
 fn default_fetch_concurrency() -> usize {
@@ -140,6 +150,20 @@ pub enum ReaderError {
         found: IdKind,
         expected: IdKind,
         first: PathBuf,
+    },
+    /// `[writers] carry` does not fit the input (checked on the first
+    /// file): never a file left out under `on_bad_file = "skip"`.
+    #[error("{path}: column `{column}`: {message}")]
+    Carry {
+        path: PathBuf,
+        column: String,
+        message: String,
+    },
+    #[error("{path}: the row format of the carried columns")]
+    CarryType {
+        path: PathBuf,
+        #[source]
+        source: arrow::error::ArrowError,
     },
     #[error("{path}, row group {row_group}")]
     Decode {
@@ -199,6 +223,8 @@ impl Classify for ReaderError {
             | ReaderError::NoMatch { .. }
             | ReaderError::BadPattern { .. }
             | ReaderError::Column { .. }
+            | ReaderError::Carry { .. }
+            | ReaderError::CarryType { .. }
             | ReaderError::IdKindMismatch { .. }
             | ReaderError::OutputOverlapsInput { .. }
             | ReaderError::Changed { .. }
@@ -459,7 +485,7 @@ impl Reading<'_> {
             row_group: unit.row_group,
             source,
         };
-        let (config, plan) = (self.config, self.plan);
+        let plan = self.plan;
         let mut reader = self
             .record_reader(unit, builder, *next_row)
             .map_err(|e| decode_error(DecodeError::Parquet(e)))?;
@@ -476,9 +502,7 @@ impl Reading<'_> {
             let batch = batch.map_err(|e| decode_error(DecodeError::Arrow(e)))?;
             let (mut chunk, cost) = self
                 .decode_pool
-                .install(|| {
-                    decode::decode_batch_costed(&batch, &config.columns, unit.file_idx, *next_row)
-                })
+                .install(|| self.decode_carrying(&batch, unit.file_idx, *next_row))
                 .map_err(decode_error)?;
             stats.segments += cost.segments;
             stats.decode_busy += cost.busy;
@@ -500,7 +524,30 @@ impl Reading<'_> {
         Ok(true)
     }
 
-    /// The unit's row group, its mapped columns only, from row `from` on.
+    /// The batch's rows, each with its carried values when `carry` is set.
+    fn decode_carrying(
+        &self,
+        batch: &arrow::record_batch::RecordBatch,
+        file_idx: u32,
+        first_row: u64,
+    ) -> Result<(RowChunk, DecodeCost), DecodeError> {
+        let (mut chunk, cost) =
+            decode::decode_batch_costed(batch, &self.config.columns, file_idx, first_row)?;
+        if let (Some(carried), Some(file)) =
+            (&self.plan.carried, self.plan.sources.get(file_idx as usize))
+        {
+            carried
+                .encode(batch, file, first_row, &mut chunk)
+                .map_err(|source| DecodeError::Cast {
+                    column: "[writers] carry".into(),
+                    source,
+                })?;
+        }
+        Ok((chunk, cost))
+    }
+
+    /// The unit's row group, its mapped and carried columns only, from row
+    /// `from` on.
     fn record_reader<T: ChunkReader + 'static>(
         &self,
         unit: Unit,
@@ -508,7 +555,11 @@ impl Reading<'_> {
         from: u64,
     ) -> parquet::errors::Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
         use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-        let roots = self.config.columns.root_indices(builder.schema());
+        let roots = plan::projection(
+            &self.config.columns,
+            self.plan.carried.as_deref(),
+            builder.schema(),
+        );
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
         let mut builder = builder
             .with_projection(mask)

@@ -12,6 +12,7 @@ use segpredict_storage::object_store::path::Path as ObjectPath;
 use segpredict_storage::object_store::ObjectStore;
 use segpredict_storage::Location;
 
+use crate::carry::Carried;
 use crate::prefetch::{Prefetch, Prefetched};
 use crate::remote::{self, Pin, RemoteError, RemoteFile};
 use segpredict_core::exit::Classify;
@@ -50,6 +51,9 @@ pub struct ReadPlan {
     footers: Arc<Vec<ArrowReaderMetadata>>,
     /// Row groups of objects fetched ahead of the reader threads.
     fetch_concurrency: usize,
+    /// The `[writers] carry` columns, resolved on the first file and
+    /// checked on every other; `None` when nothing is carried.
+    pub carried: Option<Arc<Carried>>,
 }
 
 impl ReadPlan {
@@ -165,6 +169,26 @@ impl ReadPlan {
             _ => Err(ReaderError::Config("unit names an unknown file".into())),
         }
     }
+}
+
+/// Top-level field indices a read projects: the mapped columns and the
+/// carried ones the file has.
+pub(crate) fn projection(
+    columns: &crate::ColumnMapping,
+    carried: Option<&Carried>,
+    schema: &arrow::datatypes::Schema,
+) -> Vec<usize> {
+    let mut roots = columns.root_indices(schema);
+    if let Some(carried) = carried {
+        roots.extend(
+            carried
+                .file_columns()
+                .filter_map(|n| schema.index_of(n).ok()),
+        );
+        roots.sort_unstable();
+        roots.dedup();
+    }
+    roots
 }
 
 /// A file left out under `on_bad_file = "skip"`, with why (the error and
@@ -359,10 +383,11 @@ impl ReaderConfig {
         let mut id_kind: Option<(IdKind, PathBuf)> = None;
         let mut remote = Vec::new();
         let mut footers = Vec::new();
+        let mut carried = None;
         for mut file in found {
             let file_idx = u32::try_from(files.len())
                 .map_err(|_| ReaderError::Config("more than 4 billion input files".into()))?;
-            let planned = self.plan_file(&mut file, file_idx, &mut units);
+            let planned = self.plan_file(&mut file, file_idx, &mut units, &mut carried);
             let kind = match (planned, self.on_bad_file) {
                 (Ok((kind, object, footer)), _) => {
                     remote.push(object);
@@ -372,7 +397,9 @@ impl ReaderConfig {
                 // The file's own fault; a read that failed may not fail
                 // again, and a file left out here would change the run's
                 // inputs (and so refuse its other shards).
-                (Err(error), OnBadFile::Skip) if error.is_permanent() => {
+                (Err(error), OnBadFile::Skip)
+                    if error.is_permanent() && !matches!(error, ReaderError::Carry { .. }) =>
+                {
                     skipped.push(skip(&file, &error));
                     continue;
                 }
@@ -394,6 +421,7 @@ impl ReaderConfig {
             remote: Arc::new(remote),
             footers: Arc::new(footers),
             fetch_concurrency: self.fetch_concurrency,
+            carried,
         })
     }
 
@@ -405,13 +433,26 @@ impl ReaderConfig {
         file: &mut InputFile,
         file_idx: u32,
         units: &mut Vec<Unit>,
+        carried: &mut Option<Arc<Carried>>,
     ) -> Result<PlannedFile, ReaderError> {
         let (metadata, footer_sha256, object) = read_footer(file)?;
         file.footer_sha256 = footer_sha256;
         let kind = self.columns.check_schema(metadata.schema(), &file.path)?;
+        if carried.is_none() && !self.carry.is_nothing() {
+            *carried = Carried::resolve(
+                &self.carry,
+                &self.reserved,
+                &self.columns,
+                file,
+                metadata.schema(),
+            )?;
+        }
+        if let Some(carried) = carried {
+            carried.check_file(file, metadata.schema())?;
+        }
         let object = object.map(|(store, path)| {
             Arc::new(RemoteFile {
-                roots: self.columns.root_indices(metadata.schema()),
+                roots: projection(&self.columns, carried.as_deref(), metadata.schema()),
                 store,
                 path,
                 size: file.size_bytes,
@@ -472,6 +513,7 @@ mod tests {
             row_groups: 0,
             footer_sha256: String::new(),
             version: String::new(),
+            partitions: Vec::new(),
         }
     }
 
@@ -513,6 +555,7 @@ mod tests {
             row_groups: 1,
             footer_sha256: hash_of(path),
             version: String::new(),
+            partitions: Vec::new(),
         };
         assert_ne!(file(&a).identity(), file(&b).identity());
     }

@@ -295,6 +295,7 @@ pub fn synthetic_batch_of_rows(
                 file_idx: 0,
                 row_idx: i as u64,
             },
+            carried: Box::default(),
         })
         .collect();
     Batch {

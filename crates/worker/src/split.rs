@@ -157,6 +157,7 @@ mod tests {
                     file_idx: 0,
                     row_idx: i as u64,
                 },
+                carried: Box::default(),
             })
             .collect();
         let mut segments = Vec::new();

@@ -61,6 +61,30 @@ pub struct WriterConfig {
     /// float32). Default none (no such columns). At most the labels' count.
     #[serde(default)]
     pub top_k: Option<usize>,
+    /// Input columns each output row keeps beside its prediction: a list
+    /// of names (a file's columns or Hive partition keys), or `"all"`
+    /// (every column that is not a model input, then the partition keys).
+    /// Typed as read. Default: none.
+    #[serde(default)]
+    pub carry: segpredict_core::carry::Carry,
+}
+
+/// The output's own columns (`top_k`'s included), which no carried column
+/// may take.
+pub fn output_columns() -> Vec<String> {
+    let own = OutputSchema {
+        id_kind: IdKind::Str,
+        labels: Arc::default(),
+        sources: Arc::default(),
+        top_k: Some(1),
+        carried: None,
+        live: Arc::default(),
+    };
+    parts::output_arrow_schema(&own)
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect()
 }
 
 fn default_commit_every_s() -> f64 {
@@ -152,6 +176,9 @@ pub struct OutputSchema {
     pub sources: Sources,
     /// `[writers] top_k`: the `top_labels` and `top_scores` columns.
     pub top_k: Option<usize>,
+    /// The `[writers] carry` columns as the read plan resolved them; each
+    /// prediction's row holds its values in Arrow's row format.
+    pub carried: Option<arrow::datatypes::SchemaRef>,
     /// What all writers took so far, read by the progress display and the
     /// live metrics.
     pub live: Arc<LiveCounters>,

@@ -8,6 +8,7 @@ use arrow::array::{
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, FieldRef, Int32Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
 use parquet::basic::{GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
@@ -53,7 +54,17 @@ pub fn output_arrow_schema(output: &OutputSchema) -> SchemaRef {
             false,
         ));
     }
-    Arc::new(Schema::new(fields))
+    let carried = output
+        .carried
+        .iter()
+        .flat_map(|c| c.fields().iter().cloned());
+    Arc::new(Schema::new(
+        fields
+            .into_iter()
+            .map(Arc::new)
+            .chain(carried)
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// The items of the top-k list columns: never null.
@@ -173,6 +184,9 @@ impl PartWriter {
         if let (Some(_), Some(top)) = (self.output.top_k, &p.top) {
             columns.extend(top_columns(labels, top)?);
         }
+        if let Some(carried) = &self.output.carried {
+            columns.extend(self.carried_columns(carried, p)?);
+        }
         let batch = RecordBatch::try_new(self.schema.clone(), columns);
         batch.map_err(|source| {
             WriterError::File(FileError::Arrow {
@@ -180,6 +194,50 @@ impl PartWriter {
                 source,
             })
         })
+    }
+}
+
+impl PartWriter {
+    /// The rows' carried values, decoded from the row format the readers
+    /// encoded them in (a converter over the same fields), each column
+    /// cast back to its type as read where the row format gives another
+    /// (a dictionary comes back as its values).
+    fn carried_columns(
+        &self,
+        carried: &SchemaRef,
+        p: &Predictions,
+    ) -> Result<Vec<ArrayRef>, WriterError> {
+        let arrow_error = |source| {
+            WriterError::File(FileError::Arrow {
+                location: self.file.location().to_string(),
+                source,
+            })
+        };
+        let fields: Vec<SortField> = carried
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(arrow_error)?;
+        if p.rows.iter().any(|r| r.carried.is_empty()) {
+            return Err(arrow_error(arrow::error::ArrowError::InvalidArgumentError(
+                "a row came without its carried values".into(),
+            )));
+        }
+        let parser = converter.parser();
+        let arrays = converter
+            .convert_rows(p.rows.iter().map(|r| parser.parse(&r.carried)))
+            .map_err(arrow_error)?;
+        arrays
+            .into_iter()
+            .zip(carried.fields())
+            .map(
+                |(array, field)| match array.data_type() == field.data_type() {
+                    true => Ok(array),
+                    false => arrow::compute::cast(&array, field.data_type()).map_err(arrow_error),
+                },
+            )
+            .collect()
     }
 }
 

@@ -94,6 +94,7 @@ mod tests {
             row_groups: 1,
             footer_sha256: String::new(),
             version: String::new(),
+            partitions: Vec::new(),
         };
         let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();
