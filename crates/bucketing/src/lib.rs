@@ -17,6 +17,8 @@
 //!
 //! [`Batch`]: segpredict_core::message::Batch
 
+#![warn(missing_docs)]
+
 mod size_classes;
 mod stage;
 
@@ -127,28 +129,60 @@ impl Default for BucketingConfig {
     }
 }
 
+/// A `[bucketing]` setting that cannot work, found by
+/// [`BucketingConfig::validate`] before any row is read (or a budget change
+/// [`Bucketer::lower_budget`] refuses). Always permanent.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum BucketingError {
+    /// A segment budget of zero would admit no row at all.
     #[error("bucketing: max_segments must be at least 1")]
     ZeroBudget,
+    /// A row cap of zero would admit no row at all.
     #[error("bucketing: max_rows must be at least 1")]
     ZeroMaxRows,
+    /// A bound of zero held rows leaves no room to gather a batch.
     #[error("bucketing: max_held_rows must be at least 1")]
     ZeroMaxHeldRows,
+    /// A bound of zero held MiB leaves no room to gather a batch.
     #[error("bucketing: max_held_mib must be at least 1")]
     ZeroMaxHeldMib,
+    /// Explicit size classes were given as an empty list: no batch could
+    /// be padded.
     #[error("bucketing: size_classes must not be empty")]
     EmptySizeClasses,
+    /// A size class of zero segments: no batch fits it.
     #[error("bucketing: size_classes must all be at least 1")]
     ZeroSizeClass,
+    /// Size classes out of order or repeated; padding picks the first
+    /// class that fits, so the list must ascend.
     #[error("bucketing: size_classes must be strictly ascending, but {next} follows {prev}")]
-    SizeClassesNotAscending { prev: usize, next: usize },
+    SizeClassesNotAscending {
+        /// The earlier class in the list.
+        prev: usize,
+        /// The class after it, not larger.
+        next: usize,
+    },
+    /// The largest class is not the budget: either some full batch would
+    /// have no class to pad to, or a class promises a shape the budget
+    /// forbids.
     #[error(
         "bucketing: the largest size class ({largest}) must equal max_segments ({max_segments})"
     )]
-    LargestClassNotBudget { largest: usize, max_segments: usize },
+    LargestClassNotBudget {
+        /// The last (largest) size class given.
+        largest: usize,
+        /// The segment budget it should equal.
+        max_segments: usize,
+    },
+    /// [`Bucketer::lower_budget`] was asked to raise the budget; memory
+    /// already found too small for it is never tried again.
     #[error("bucketing: the segment budget can only be lowered, not raised from {current} to {requested}")]
-    BudgetNotLowered { current: usize, requested: usize },
+    BudgetNotLowered {
+        /// The budget in force.
+        current: usize,
+        /// The larger budget asked for.
+        requested: usize,
+    },
 }
 
 /// Every variant is a setting: the same on every try.
@@ -159,6 +193,9 @@ impl Classify for BucketingError {
 }
 
 impl BucketingConfig {
+    /// Checks the settings before a run starts, so a bad pipeline file
+    /// fails at once rather than at the first batch. [`Bucketer::new`]
+    /// calls it too.
     pub fn validate(&self) -> Result<(), BucketingError> {
         if self.max_segments == 0 {
             return Err(BucketingError::ZeroBudget);
@@ -221,10 +258,14 @@ pub struct PlannedBatch<T> {
     /// Segments the model will see: n_segments padded up to a size class
     /// (== n_segments when padding is off or the batch is an oversized lone row).
     pub padded_segments: usize,
+    /// Why the batch left when it did (full, row cap, memory bound, end of
+    /// input, or a lone row over budget); reported in the run's statistics.
     pub reason: FlushReason,
 }
 
 impl<T> PlannedBatch<T> {
+    /// Whether this is a single row with more segments than the budget,
+    /// sent alone and unpadded: the model may run out of memory on it.
     pub fn is_oversized(&self) -> bool {
         self.reason == FlushReason::Oversized
     }
@@ -444,6 +485,9 @@ pub struct Bucketer<T: Segmented> {
 }
 
 impl<T: Segmented> Bucketer<T> {
+    /// A bucketer holding no rows, planning under `config`'s budget, row
+    /// cap, hold bounds and size classes. Fails if the config does not
+    /// validate.
     pub fn new(config: &BucketingConfig) -> Result<Self, BucketingError> {
         config.validate()?;
         Ok(Self {
@@ -549,10 +593,13 @@ impl<T: Segmented> Bucketer<T> {
         Ok(())
     }
 
+    /// The segment budget in force now: the configured one, or lower after
+    /// [`Self::lower_budget`].
     pub fn max_segments(&self) -> usize {
         self.max_segments
     }
 
+    /// Rows pushed but not yet planned into a batch, across all buckets.
     pub fn held_rows(&self) -> usize {
         self.held_rows
     }
@@ -562,6 +609,8 @@ impl<T: Segmented> Bucketer<T> {
         self.held_bytes
     }
 
+    /// The size classes batches are padded to now, ascending, the largest
+    /// equal to the current budget (trimmed by [`Self::lower_budget`]).
     pub fn size_classes(&self) -> &[usize] {
         &self.size_classes
     }

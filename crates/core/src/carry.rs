@@ -20,6 +20,8 @@ pub enum Carry {
 }
 
 impl Carry {
+    /// Whether no input column is carried into the output (`Nothing`, or
+    /// an empty list), so the carry machinery can be skipped.
     pub fn is_nothing(&self) -> bool {
         matches!(self, Carry::Nothing) || matches!(self, Carry::Columns(c) if c.is_empty())
     }

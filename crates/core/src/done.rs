@@ -15,7 +15,9 @@ pub struct DoneSet {
 /// How a row was finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finished {
+    /// Written to a committed part with its prediction.
     Predicted,
+    /// Written to a committed rejects file with its reason.
     Rejected,
 }
 
@@ -25,7 +27,9 @@ pub enum Finished {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("row {row_idx} of input file {file_idx} is in the output twice")]
 pub struct Duplicate {
+    /// The input file's index in the run's frozen input list.
     pub file_idx: u32,
+    /// The row's index within that file, from 0.
     pub row_idx: u64,
 }
 
@@ -34,15 +38,23 @@ pub struct Duplicate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the output holds row {row_idx} of input file {file_idx}, which has only {rows} rows")]
 pub struct OutOfRange {
+    /// The input file's index in the run's frozen input list (possibly
+    /// past its end).
     pub file_idx: u32,
+    /// The row's index within that file, from 0.
     pub row_idx: u64,
+    /// The rows the file has (0 for a file index past the list).
     pub rows: u64,
 }
 
+/// Why a committed row cannot go into the done set: the output is not a
+/// checkpoint of these inputs, so resuming from it would be wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DoneError {
+    /// The row was already marked.
     #[error(transparent)]
     Duplicate(#[from] Duplicate),
+    /// The row is past its file's end.
     #[error(transparent)]
     OutOfRange(#[from] OutOfRange),
 }
@@ -80,6 +92,8 @@ impl DoneSet {
         Ok(())
     }
 
+    /// Whether this row is finished (predicted or rejected); false for a
+    /// file or row outside the set.
     pub fn contains(&self, file_idx: u32, row_idx: u64) -> bool {
         self.files
             .get(file_idx as usize)
@@ -111,10 +125,12 @@ impl DoneSet {
         self.rejected
     }
 
+    /// Rows finished either way: predicted plus rejected.
     pub fn len(&self) -> u64 {
         self.predicted + self.rejected
     }
 
+    /// Whether no row is finished yet (a fresh run, not a resume).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

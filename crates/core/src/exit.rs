@@ -21,20 +21,33 @@ use std::fmt::{Debug, Display};
 /// How a run ended, as a scheduler needs to know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Every row of the shard predicted or rejected within the allowed
+    /// fraction (or it was already done): exit 0.
     Done,
+    /// Finished, but more rows were rejected than `--max-reject-fraction`
+    /// allows: exit 3, and a retry would change nothing.
     TooManyRejects,
+    /// Stopped by an error: exit 1 if a retry may help, 2 if not.
     Failed(Failure),
+    /// Stopped by a signal before the shard was done; the output is
+    /// resumable. Exits 128 plus the signal's number.
     Interrupted(Signal),
 }
 
 /// Whether running the same command again can succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
+    /// Another attempt may succeed (I/O, a lost device): exit 1, and the
+    /// next attempt resumes from the checkpoint.
     Retryable,
+    /// The same command will fail the same way (usage, settings, input
+    /// or model mismatch): exit 2; a person must change something.
     Permanent,
 }
 
 impl Failure {
+    /// `Permanent` when `permanent`, else `Retryable`: for error types
+    /// that classify by a test such as a status code.
     pub fn permanent_if(permanent: bool) -> Failure {
         match permanent {
             true => Failure::Permanent,
@@ -46,12 +59,17 @@ impl Failure {
 /// The signal that interrupted a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGHUP: exit 129.
     Hangup,
+    /// SIGINT (Ctrl-C): exit 130.
     Interrupt,
+    /// SIGTERM (a pod evicted, a job cancelled): exit 143.
     Terminate,
 }
 
 impl Outcome {
+    /// The process exit code for this outcome (the table in this module's
+    /// docs); [`Self::from_code`] reads it back.
     pub fn code(self) -> u8 {
         match self {
             Outcome::Done => 0,
@@ -144,8 +162,11 @@ pub fn completed(rows_rejected: u64, rows_in: u64, max_fraction: f64) -> Outcome
 /// assert_eq!(step().unwrap_err().failure(), Failure::Permanent);
 /// ```
 pub trait Classify {
+    /// This error's class: whether another attempt of the same command can
+    /// get past it. Decide per variant, by what caused it, not by type.
     fn failure(&self) -> Failure;
 
+    /// Whether [`Self::failure`] is `Permanent`.
     fn is_permanent(&self) -> bool {
         self.failure() == Failure::Permanent
     }
@@ -158,6 +179,8 @@ pub struct Error {
     error: anyhow::Error,
 }
 
+/// A result whose error carries its class: what every fallible step on
+/// the way to `main` returns, so `?` demands a [`Classify`] impl.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl<E> From<E> for Error
@@ -203,10 +226,14 @@ impl Error {
         }
     }
 
+    /// The class fixed when the error was made; `main` turns it into the
+    /// exit code.
     pub fn failure(&self) -> Failure {
         self.failure
     }
 
+    /// Wraps the error in a message saying what was being done, as
+    /// `anyhow::Error::context` does; the class stays.
     pub fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Self {
         Error {
             failure: self.failure,
@@ -214,10 +241,14 @@ impl Error {
         }
     }
 
+    /// The original error if it is a `T` (at any level of context), for a
+    /// caller that must tell one cause from the others.
     pub fn downcast_ref<T: Display + Debug + Send + Sync + 'static>(&self) -> Option<&T> {
         self.error.downcast_ref()
     }
 
+    /// The error and its sources, outermost context first, for printing
+    /// every level.
     pub fn chain(&self) -> anyhow::Chain<'_> {
         self.error.chain()
     }
@@ -238,8 +269,11 @@ impl Debug for Error {
 /// `anyhow::Context` for classified errors: the message is added, the
 /// class kept.
 pub trait Context<T> {
+    /// Adds `context` to the error, if any, keeping its class.
     fn context<C: Display + Send + Sync + 'static>(self, context: C) -> Result<T>;
 
+    /// Adds the message `context` builds, built only on error, keeping
+    /// the class.
     fn with_context<C, F>(self, context: F) -> Result<T>
     where
         C: Display + Send + Sync + 'static,

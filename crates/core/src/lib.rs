@@ -3,6 +3,8 @@
 //! statistics, the exit codes and CPU priorities. It links no libtorch, so
 //! its tests build and run without it.
 
+#![warn(missing_docs)]
+
 pub mod accounting;
 pub mod carry;
 pub mod cpu;

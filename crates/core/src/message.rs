@@ -12,6 +12,7 @@ use serde::Serialize;
 
 /// Anything with a segment count can be bucketed.
 pub trait Segmented {
+    /// The row's segments: what it costs against the segment budget.
     fn n_segments(&self) -> usize;
     /// Host bytes the row holds while it waits in a bucket (its segments
     /// and carried values), for bucketing's `max_held_bytes`.
@@ -23,7 +24,10 @@ pub trait Segmented {
 /// The type of the id column: the readers find it, the writers keep it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdKind {
+    /// A string column (utf8, large or view, or a dictionary of them).
     Str,
+    /// Any other integer column (signed, or unsigned narrower than 64
+    /// bits), kept as `i64`.
     Int,
     /// Unsigned 64-bit ids, kept unsigned: values above `i64::MAX` exist.
     UInt,
@@ -43,7 +47,10 @@ impl std::fmt::Display for IdKind {
 /// row's 0-based index within that file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Origin {
+    /// The input file's index in the run's frozen input list.
     pub file_idx: u32,
+    /// The row's index within that file, from 0, counting every row of
+    /// every row group (skipped ones included).
     pub row_idx: u64,
 }
 
@@ -51,12 +58,15 @@ pub struct Origin {
 /// it was when the run planned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputFile {
+    /// The file's path, or its object URL for an object store.
     pub path: std::path::PathBuf,
+    /// The file's size in bytes when planned.
     pub size_bytes: u64,
     /// Last modification, where the file system keeps it.
     pub modified: Option<std::time::SystemTime>,
     /// Rows in the file, from its Parquet footer.
     pub rows: u64,
+    /// Row groups in the file, from its footer: each is one unit of work.
     pub row_groups: usize,
     /// Hex SHA-256 of the file's Parquet footer (metadata, its length and
     /// the magic: the file's last bytes), read when the plan reads the
@@ -99,6 +109,7 @@ pub type Sources = Arc<Vec<InputFile>>;
 /// An input file the run left out (`[readers] on_bad_file = "skip"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SkippedFile {
+    /// The file's path or object URL, as listed.
     pub path: std::path::PathBuf,
     /// Why, as one line.
     pub reason: String,
@@ -107,8 +118,11 @@ pub struct SkippedFile {
 /// A row's id as read from the id column; the output keeps its type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RowId {
+    /// From a signed integer id column.
     Int(i64),
+    /// From a `uint64` id column.
     UInt(u64),
+    /// From a string id column.
     Str(String),
 }
 
@@ -125,7 +139,9 @@ impl std::fmt::Display for RowId {
 /// What the output keeps of a row once its inputs are on their way to the model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowMeta {
+    /// The row's id, written to the output beside its predictions.
     pub id: RowId,
+    /// Where the row was read: what the done set and rejects record.
     pub origin: Origin,
     /// The row's `[writers] carry` columns in Arrow's row format (the
     /// readers encode, the writers decode, both from the plan's carried
@@ -138,12 +154,16 @@ pub struct RowMeta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SegmentDtype {
+    /// Unsigned bytes (pixels); `dtype = "u8"`.
     U8,
+    /// IEEE half floats; `dtype = "f16"`.
     F16,
+    /// IEEE single floats; `dtype = "f32"`.
     F32,
 }
 
 impl SegmentDtype {
+    /// Bytes of one element: 1, 2 or 4.
     pub fn size_bytes(self) -> usize {
         match self {
             SegmentDtype::U8 => 1,
@@ -157,12 +177,18 @@ impl SegmentDtype {
 /// produce it, the model worker builds tensors (and calibration batches) by it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputSpec {
+    /// The shape of one segment (e.g. `[1, 28, 28]`), without the batch
+    /// dimension.
     pub segment_shape: Vec<usize>,
+    /// The element type segments are stored and sent in.
     pub segment_dtype: SegmentDtype,
+    /// The extra inputs after the segments, in the model's argument order.
     pub extras: Vec<ExtraSpec>,
 }
 
 impl InputSpec {
+    /// Bytes of one segment: its elements times the dtype's size; a row's
+    /// segment bytes are this times its segment count.
     pub fn segment_bytes(&self) -> usize {
         self.segment_shape.iter().product::<usize>() * self.segment_dtype.size_bytes()
     }
@@ -171,9 +197,16 @@ impl InputSpec {
 /// The kind of one extra input, in the model's argument order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtraSpec {
+    /// A variable-length list of integers per row ([`ExtraValue::Ragged`]).
     Ragged,
-    Vector { width: usize },
+    /// A float vector of the same length in every row.
+    Vector {
+        /// The vector's length; a row with another length is rejected.
+        width: usize,
+    },
+    /// One float per row.
     Float,
+    /// One integer per row.
     Int,
 }
 
@@ -195,9 +228,13 @@ pub enum ExtraValue {
 /// the pipeline's declared order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// What the output keeps of the row (id, origin, carried values).
     pub meta: RowMeta,
+    /// The row's segment count (may be 0).
     pub n_segments: usize,
+    /// The segments' bytes, `n_segments * segment_bytes` long.
     pub segments: Box<[u8]>,
+    /// One value per [`InputSpec::extras`] entry, in that order.
     pub extras: Vec<ExtraValue>,
 }
 
@@ -284,7 +321,9 @@ impl std::fmt::Display for RejectKind {
 pub struct Reject {
     /// The id when it could be read.
     pub id: Option<RowId>,
+    /// Where the row was read: the done set marks it finished there.
     pub origin: Origin,
+    /// The reason's class, for counting and filtering.
     pub kind: RejectKind,
     /// A sentence for a person.
     pub reason: String,
@@ -293,7 +332,9 @@ pub struct Reject {
 /// Readers -> bucketing: the rows of one decoded Arrow record batch.
 #[derive(Debug, Default)]
 pub struct RowChunk {
+    /// Rows that decoded, in file order, for bucketing.
     pub rows: Vec<Row>,
+    /// Rows that did not; bucketing passes them straight to the writers.
     pub rejects: Vec<Reject>,
 }
 
@@ -302,15 +343,22 @@ pub struct RowChunk {
 pub enum BatchExtra {
     /// Values of all rows concatenated, and each row's count.
     Ragged {
+        /// Every row's list, one after another, in row order.
         values: Vec<i64>,
+        /// Each row's list length, in row order; they sum to
+        /// `values.len()`.
         counts: Vec<i64>,
     },
     /// `[n_rows, width]` row-major.
     Vectors {
+        /// `n_rows * width` floats, row after row.
         values: Vec<f32>,
+        /// Floats per row.
         width: usize,
     },
+    /// One float per row, in row order.
     Floats(Vec<f32>),
+    /// One integer per row, in row order.
     Ints(Vec<i64>),
 }
 
@@ -330,13 +378,22 @@ pub enum BatchingStrategy {
 /// order and zero-padded up to `padded_segments`.
 #[derive(Debug)]
 pub struct Batch {
+    /// The batch's number in this attempt, from 0, in the order bucketing
+    /// sent batches; batch records and errors name it.
     pub seq: u64,
+    /// What the output keeps of each row, in the batch's row order.
     pub rows: Vec<RowMeta>,
+    /// Each row's segment count, in row order: the model's per-row input
+    /// that tells which segments belong to which row.
     pub segment_counts: Vec<i64>,
+    /// Real segments: `segment_counts` summed.
     pub n_segments: usize,
+    /// Segments in `segments`, padding included: the model's batch
+    /// dimension.
     pub padded_segments: usize,
     /// `padded_segments * segment_bytes` bytes.
     pub segments: Vec<u8>,
+    /// One assembled value per [`InputSpec::extras`] entry, in that order.
     pub extras: Vec<BatchExtra>,
     /// Why the batch left its bucket (for the report).
     pub flush_reason: FlushReason,
@@ -345,9 +402,11 @@ pub struct Batch {
 /// Model worker -> writers: one prediction per row of a batch.
 #[derive(Debug)]
 pub struct Predictions {
+    /// The batch's rows, in its order; the vectors below are parallel to it.
     pub rows: Vec<RowMeta>,
     /// The top-1 class and its probability, per row.
     pub label_ids: Vec<i32>,
+    /// The top-1 class's probability, per row.
     pub scores: Vec<f32>,
     /// The `k` most probable classes per row (`[writers] top_k`), or `None`.
     pub top: Option<TopK>,
@@ -358,15 +417,21 @@ pub struct Predictions {
 /// first is the row's top-1.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopK {
+    /// Classes kept per row.
     pub k: usize,
+    /// `n_rows * k` class ids.
     pub label_ids: Vec<i32>,
+    /// `n_rows * k` probabilities, parallel to `label_ids`.
     pub scores: Vec<f32>,
 }
 
 /// Model worker -> writers.
 #[derive(Debug)]
 pub enum WriterMsg {
+    /// One batch's predictions, for a part file.
     Predictions(Predictions),
+    /// Rows rejected (by the readers, via bucketing, or by the model), for
+    /// the rejects file.
     Rejects(Vec<Reject>),
     /// What one forward pass measured, for the run's batch files.
     Batch(BatchRecord),
@@ -379,8 +444,12 @@ pub enum WriterMsg {
 /// Counts a reader thread reports when it ends.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReaderStats {
+    /// Rows it read and sent on, rejects included (rows an earlier attempt
+    /// finished are not counted).
     pub rows: u64,
+    /// Of those, rows it rejected.
     pub rejects: u64,
+    /// Wall time reading and decoding units, not waiting to send them.
     pub busy: std::time::Duration,
     /// Segments of the rows decoded (rejected rows' segments included).
     pub segments: u64,
@@ -393,12 +462,19 @@ pub struct ReaderStats {
 /// Counts the bucketing stage reports when it ends.
 #[derive(Debug, Default, Clone)]
 pub struct BucketingReport {
+    /// Rows it took from the readers and planned into batches.
     pub rows: u64,
+    /// Readers' rejects it passed on to the writers.
     pub rejects: u64,
+    /// Batches it sent to the model worker.
     pub batches: u64,
+    /// Real segments in those batches.
     pub segments: u64,
+    /// Segments in those batches, padding included.
     pub padded_segments: u64,
+    /// Batches of one row over the segment budget, sent alone.
     pub oversized_batches: u64,
+    /// The size classes in force at the end (fewer after a lowered budget).
     pub size_classes: Vec<usize>,
     /// Time spent planning and laying out batches, not waiting on channels.
     pub busy: std::time::Duration,
@@ -419,20 +495,29 @@ pub struct LiveCounters {
     split_batches: AtomicU64,
     /// Highest allocator peaks seen in any batch (bytes; 0 on CPU).
     allocated_peak: AtomicU64,
+    /// Highest reserved peak seen in any batch (bytes; 0 on CPU).
     reserved_peak: AtomicU64,
 }
 
 /// A copy of [`LiveCounters`] at one moment.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LiveSnapshot {
+    /// Rows predicted, earlier attempts' included.
     pub rows_written: u64,
+    /// Rows rejected, earlier attempts' included.
     pub rows_rejected: u64,
+    /// Forward passes in this attempt.
     pub batches: u64,
+    /// Real segments in those passes.
     pub segments: u64,
+    /// Segments in those passes, padding included.
     pub padded_segments: u64,
+    /// Forward passes of pieces split after an out-of-memory.
     pub split_batches: u64,
-    /// `None` on CPU: no batch carried allocator statistics.
+    /// Highest allocated peak of any batch, in bytes; `None` on CPU: no
+    /// batch carried allocator statistics.
     pub allocated_peak: Option<u64>,
+    /// Highest reserved peak of any batch, in bytes; `None` on CPU.
     pub reserved_peak: Option<u64>,
 }
 
@@ -446,14 +531,18 @@ impl LiveCounters {
         counters
     }
 
+    /// Counts rows predicted (a `Predictions` message taken).
     pub fn add_rows(&self, rows: usize) {
         self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
+    /// Counts rows rejected (a `Rejects` message taken).
     pub fn add_rejects(&self, rows: usize) {
         self.rows_rejected.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
+    /// Counts one forward pass: its segments, whether it was a split's
+    /// piece, and its allocator peaks.
     pub fn add_batch(&self, record: &BatchRecord) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.segments
@@ -477,6 +566,8 @@ impl LiveCounters {
         self.rows_written.load(Ordering::Relaxed) + self.rows_rejected.load(Ordering::Relaxed)
     }
 
+    /// Reads every counter. Each is read on its own (relaxed), so the
+    /// snapshot may straddle a message; fine for display and metrics.
     pub fn snapshot(&self) -> LiveSnapshot {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let peak = |counter: &AtomicU64| Some(load(counter)).filter(|&v| v > 0);
@@ -497,9 +588,14 @@ impl LiveCounters {
 /// listed (they are in the batch files).
 #[derive(Debug, Default)]
 pub struct WorkerReport {
+    /// Totals over every forward pass it ran.
     pub batches: BatchTotals,
+    /// Device memory over its batches: shapes seen and reserved highs.
     pub memory: MemoryTrack,
+    /// An evenly spaced sample of its batch records, for the report's plot.
     pub plot: PlotSample,
+    /// Out-of-memory errors it recovered from (by emptying the cache and
+    /// splitting or unpadding the batch).
     pub oom_events: u64,
     /// Time queueing batches and waiting for their answers.
     pub busy: std::time::Duration,
@@ -514,8 +610,11 @@ pub struct WorkerReport {
 /// `static` with why no graph ran or which larger class it was padded to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ModelPath {
+    /// The segment total of the batches this entry counts.
     pub segments: usize,
+    /// Which path ran them, as described above.
     pub ran: String,
+    /// How many batches of that total took this path.
     pub batches: u64,
 }
 
@@ -523,28 +622,38 @@ pub struct ModelPath {
 /// kept: they are on disk as they arrive.
 #[derive(Debug, Default)]
 pub struct WriterReport {
+    /// Rows of predictions it wrote.
     pub rows: u64,
     /// Where the files it committed are, as the store names them.
     pub files: Vec<String>,
+    /// Rejected rows it wrote.
     pub rejects: u64,
+    /// Those rejects, counted by kind.
     pub reject_kinds: std::collections::HashMap<RejectKind, u64>,
     /// Batch records it wrote to its batch files.
     pub batch_records: u64,
+    /// Time handling messages and committing files, not waiting for
+    /// messages.
     pub busy: std::time::Duration,
 }
 
 /// One measured segment total of a calibration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CalibrationPoint {
+    /// The synthetic batch's segment total.
     pub segments: usize,
+    /// Peak bytes reserved from the device while it ran.
     pub peak_reserved: i64,
+    /// Peak bytes allocated to tensors while it ran.
     pub peak_allocated: i64,
 }
 
 /// `reserved ≈ intercept + slope * segments`, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinearFit {
+    /// Bytes reserved whatever the batch (weights, workspace).
     pub intercept: f64,
+    /// Bytes reserved per segment of the batch.
     pub slope: f64,
 }
 
@@ -553,26 +662,37 @@ pub struct LinearFit {
 pub struct ModelSpeed {
     /// Segments a batch (the shape's first dimension).
     pub segments: usize,
+    /// Rows a batch: the segments are shared among them.
     pub rows: usize,
     /// Batches timed, after an untimed warm-up.
     pub batches: usize,
     /// CUDA streams the batches took turns on.
     pub streams: usize,
+    /// Wall time from the first timed batch queued to the last one done,
+    /// all streams together.
     pub seconds: f64,
+    /// Segments of the timed batches over `seconds`.
     pub segments_per_s: f64,
     /// Per batch: device time on CUDA (events), host time on CPU; over
     /// more than one stream, the time between a stream's batches.
     pub batch_ms_median: f64,
+    /// The 90th percentile of the same per-batch times.
     pub batch_ms_p90: f64,
 }
 
 /// The segment budget the model worker measured for a device-memory target.
 #[derive(Debug, Clone)]
 pub struct Calibration {
+    /// The memory target (`gpu_memory`), in bytes.
     pub target_bytes: u64,
+    /// The segment totals it ran and what each reserved.
     pub points: Vec<CalibrationPoint>,
+    /// Reserved memory against segments, fitted to `points`.
     pub fit: LinearFit,
+    /// The chosen segment budget: the fit's budget for the target, shrunk
+    /// while a measured batch of it still reserved more than the target.
     pub max_segments: usize,
+    /// The size classes for that budget.
     pub size_classes: Vec<usize>,
     /// Peak reserved measured at the chosen budget.
     pub measured_peak_reserved: i64,

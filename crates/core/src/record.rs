@@ -29,6 +29,8 @@ pub enum FlushReason {
 }
 
 impl FlushReason {
+    /// The reason's snake_case name, as batch files and reports store it;
+    /// [`Self::parse`] reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             FlushReason::BudgetReached => "budget_reached",
@@ -62,14 +64,28 @@ impl FlushReason {
 /// Device memory after one batch, in bytes; peaks are since the previous batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryStats {
+    /// Bytes the caching allocator has handed to live tensors now.
     pub allocated: i64,
+    /// The most bytes handed to live tensors since the previous batch.
     pub allocated_peak: i64,
+    /// Bytes the caching allocator holds from the device now, in use or
+    /// cached: what other processes cannot have.
     pub reserved: i64,
+    /// The most bytes reserved since the previous batch: the figure a
+    /// memory target (`gpu_memory`) is held to.
     pub reserved_peak: i64,
+    /// Bytes of cached blocks that were split and are now free:
+    /// fragmentation the allocator cannot hand out whole.
     pub inactive_split: i64,
+    /// How many times, since the process started, an allocation failed at
+    /// first and succeeded after the cache was freed (a near miss).
     pub alloc_retries: i64,
+    /// How many allocations, since the process started, failed with out of
+    /// memory.
     pub ooms: i64,
+    /// Free device memory as the driver reports it (all processes).
     pub device_free: i64,
+    /// The device's total memory.
     pub device_total: i64,
 }
 
@@ -79,10 +95,17 @@ pub struct MemoryStats {
 /// `BatchTotals`, `MemoryTrack` and a `PlotSample`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchRecord {
+    /// The sequence number the bucketing stage gave the batch in this
+    /// attempt, from 0 ([`crate::message::Batch::seq`]).
     pub seq: u64,
+    /// Input rows in the batch.
     pub rows: usize,
+    /// Real segments: the rows' segments summed.
     pub segments: usize,
+    /// Segments the model processed: `segments` plus padding up to the
+    /// size class.
     pub padded_segments: usize,
+    /// Why bucketing let the batch go (or why the worker made it).
     pub flush_reason: FlushReason,
     /// Milliseconds from the run's start to the host starting to queue the
     /// batch; the first batch's is the run's start-up.

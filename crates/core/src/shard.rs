@@ -12,23 +12,40 @@ use std::str::FromStr;
 /// number their pods). A run without shards is shard 0 of 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ShardSpec {
+    /// This process's shard, from 0; always below `count`.
     pub index: u32,
+    /// How many shards the run's input is dealt to; at least 1.
     pub count: u32,
 }
 
 /// The environment variable a Kubernetes Indexed Job sets to the pod's index.
 pub const COMPLETION_INDEX_VAR: &str = "JOB_COMPLETION_INDEX";
 
+/// A `--shard`/`--shards` setting that names no shard; found before any
+/// input is read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {
+    /// `--shard` is not `I/N` with `I` below `N`; holds the text given.
     #[error("--shard takes I/N with 0 <= I < N (e.g. 2/8), not `{0}`")]
     BadSpec(String),
+    /// `--shards 0`.
     #[error("--shards must be at least 1")]
     NoShards,
+    /// `--shards` without the Job's index variable: not run as an Indexed
+    /// Job pod.
     #[error("--shards {count} needs the shard index in {COMPLETION_INDEX_VAR} (as a Kubernetes Indexed Job sets it), and it is not set")]
-    NoIndex { count: u32 },
+    NoIndex {
+        /// The `--shards` count given.
+        count: u32,
+    },
+    /// The index variable is not a number below the shard count.
     #[error("{COMPLETION_INDEX_VAR}=`{value}` is not a shard index below --shards {count}")]
-    BadIndex { value: String, count: u32 },
+    BadIndex {
+        /// The variable's value, as set.
+        value: String,
+        /// The `--shards` count given.
+        count: u32,
+    },
 }
 
 /// Every variant is the command line or the Job's environment.
@@ -42,6 +59,8 @@ impl ShardSpec {
     /// The whole input in one process.
     pub const WHOLE: ShardSpec = ShardSpec { index: 0, count: 1 };
 
+    /// Shard `index` of `count` (`--shard I/N`); an index not below the
+    /// count, or a count of 0, is [`ShardError::BadSpec`].
     pub fn new(index: u32, count: u32) -> Result<Self, ShardError> {
         if count == 0 || index >= count {
             return Err(ShardError::BadSpec(format!("{index}/{count}")));
@@ -64,6 +83,8 @@ impl ShardSpec {
         Self::new(index, count).map_err(|_| bad())
     }
 
+    /// Whether the input is split between processes (more than one shard),
+    /// so names and logs must say which shard this is.
     pub fn is_sharded(self) -> bool {
         self.count > 1
     }

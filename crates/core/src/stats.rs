@@ -56,11 +56,15 @@ impl LogHistogram {
         }
     }
 
+    /// Counts one value, in milliseconds, in its bucket; values below
+    /// the smallest bucket count as 0, values above the largest in it.
     pub fn add(&mut self, value_ms: f64) {
         self.counts[Self::bucket(value_ms)] += 1;
         self.total += 1;
     }
 
+    /// Adds `other`'s counts (another attempt's or shard's), as if its
+    /// values had been added here.
     pub fn merge(&mut self, other: &LogHistogram) {
         for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
             *mine += theirs;
@@ -68,6 +72,7 @@ impl LogHistogram {
         self.total += other.total;
     }
 
+    /// Values added so far.
     pub fn count(&self) -> u64 {
         self.total
     }
@@ -94,9 +99,14 @@ impl LogHistogram {
 /// add up.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchTotals {
+    /// Batches run.
     pub batches: u64,
+    /// Input rows in them.
     pub rows: u64,
+    /// Real segments in them.
     pub segments: u64,
+    /// Segments the model processed, padding included; minus `segments`,
+    /// the work padding cost.
     pub padded_segments: u64,
     /// Batches of one row over the budget, run alone.
     pub oversized: u64,
@@ -104,11 +114,14 @@ pub struct BatchTotals {
     pub first_queued_ms: Option<f64>,
     /// Device time summed over the batches timed on a device.
     pub device_ms: f64,
+    /// Each batch's host wall time from queueing to answers, in ms.
     pub wall_ms_histogram: LogHistogram,
+    /// Each batch's device time, in ms, for batches timed on a device.
     pub device_ms_histogram: LogHistogram,
 }
 
 impl BatchTotals {
+    /// Counts one batch record into the totals.
     pub fn add(&mut self, r: &BatchRecord) {
         self.batches += 1;
         self.rows += r.rows as u64;
@@ -156,13 +169,19 @@ pub struct MemoryTrack {
     /// that raised the reserved high-water mark.
     pub reserved_highs_at: Vec<u64>,
     with_memory: u64,
+    /// The most bytes allocated to tensors at any batch (0 without memory
+    /// statistics).
     pub peak_allocated: i64,
+    /// The most bytes reserved from the device at any batch (0 without
+    /// memory statistics).
     pub peak_reserved: i64,
     /// The last batch's statistics.
     pub last: Option<MemoryStats>,
 }
 
 impl MemoryTrack {
+    /// Follows one more batch, in the order they ran: its shape, and its
+    /// memory statistics if the device gave any.
     pub fn add(&mut self, r: &BatchRecord) {
         self.batches += 1;
         if self.shapes.insert(r.padded_segments) {
@@ -187,6 +206,8 @@ const PLOT_POINTS: usize = 2048;
 /// run of any length keeps an evenly spaced sample of its batches.
 #[derive(Debug, Clone)]
 pub struct PlotSample {
+    /// The distance, in batches, between kept points; starts at 1 and
+    /// doubles each time the sample fills.
     pub stride: u64,
     /// Batches offered, kept or not.
     pub seen: u64,
@@ -205,6 +226,8 @@ impl Default for PlotSample {
 }
 
 impl PlotSample {
+    /// Offers the next batch record, in run order; kept if it falls on the
+    /// stride.
     pub fn add(&mut self, r: &BatchRecord) {
         if self.seen.is_multiple_of(self.stride) {
             if self.points.len() == PLOT_POINTS {

@@ -97,6 +97,8 @@ pub enum ExtraKind {
 }
 
 impl ColumnMapping {
+    /// Checks the mapping on its own (shape, names, widths) before any
+    /// file's schema is seen.
     pub fn validate(&self) -> Result<(), ReaderError> {
         if self.segments.shape.is_empty() || self.segments.elements() == 0 {
             return Err(ReaderError::Config(format!(

@@ -26,22 +26,43 @@ use segpredict_core::message::{
 /// its row).
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The Parquet reader failed on the row group: bad content, or bytes
+    /// that could not be read (retryable).
     #[error(transparent)]
     Parquet(parquet::errors::ParquetError),
+    /// Arrow failed on the decoded batch.
     #[error(transparent)]
     Arrow(arrow::error::ArrowError),
+    /// A mapped column is not in the decoded batch; holds its name.
     #[error("column `{0}` missing from the decoded batch")]
     MissingColumn(String),
+    /// A column could not be cast to the type its role needs.
     #[error("column `{column}`")]
     Cast {
+        /// The column's name.
         column: String,
+        /// Arrow's cast error.
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// A column that must be a list (segments, a ragged or vector extra)
+    /// is not.
     #[error("column `{column}`: expected a list column, found {found}")]
-    NotAList { column: String, found: DataType },
+    NotAList {
+        /// The column's name.
+        column: String,
+        /// Its type in this file.
+        found: DataType,
+    },
+    /// The segments list holds items the decoder cannot turn into segment
+    /// bytes.
     #[error("column `{column}`: unsupported segment item type {found}")]
-    SegmentItems { column: String, found: DataType },
+    SegmentItems {
+        /// The segments column's name.
+        column: String,
+        /// The list's item type in this file.
+        found: DataType,
+    },
     /// The `image` settings do not fit the segments' shape and dtype
     /// (checked at start-up, so only a bug reaches this).
     #[error("column `{0}`")]
@@ -89,7 +110,9 @@ pub fn decode_batch(
 /// pool's threads spent on its rows (summed over the threads).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DecodeCost {
+    /// Segments of the batch's rows, rejected rows' included.
     pub segments: u64,
+    /// Decode-pool CPU time on the batch, summed over threads.
     pub busy: std::time::Duration,
 }
 

@@ -7,6 +7,8 @@
 //! a file that cannot be read ends the run, or with `on_bad_file = "skip"`
 //! is left out (at planning) or has its rows rejected (mid-run).
 
+#![warn(missing_docs)]
+
 mod bad_unit;
 pub mod carry;
 mod columns;
@@ -104,8 +106,12 @@ fn default_fetch_concurrency() -> usize {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnBadFile {
+    /// End the run, naming the file (before any row is predicted when
+    /// found at planning).
     #[default]
     Fail,
+    /// Leave the file out (or reject a bad row group's rows) and go on;
+    /// the report names each file and why.
     Skip,
 }
 
@@ -113,86 +119,146 @@ fn default_batch_rows() -> usize {
     1024
 }
 
+/// Why the input cannot be read: a missing or unreadable file, columns
+/// that do not fit the pipeline, a bad `[readers]` setting, or a file that
+/// changed mid-run. Each names the file (and column or row group).
 #[derive(Debug, thiserror::Error)]
 pub enum ReaderError {
+    /// `[readers] path` names nothing.
     #[error("input {path} does not exist")]
-    Missing { path: PathBuf },
+    Missing {
+        /// The input path as configured.
+        path: PathBuf,
+    },
+    /// The directory or glob holds no Parquet file.
     #[error("no Parquet files match {pattern}")]
-    NoMatch { pattern: String },
+    NoMatch {
+        /// The directory or glob searched.
+        pattern: String,
+    },
+    /// The glob does not parse.
     #[error("bad input pattern {pattern}")]
     BadPattern {
+        /// The glob as configured.
         pattern: String,
+        /// glob's complaint, with the position.
         #[source]
         source: glob::PatternError,
     },
+    /// The file system failed on a local input; a retry may pass.
     #[error("cannot read {path}")]
     Io {
+        /// The file or directory being read.
         path: PathBuf,
+        /// The file system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The file's footer or metadata does not parse as Parquet.
     #[error("{path}: not a readable Parquet file")]
     NotParquet {
+        /// The input file.
         path: PathBuf,
+        /// The Parquet reader's error; an I/O failure inside it is
+        /// retryable, bad content is not.
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A column the pipeline maps is missing or of a type that does not
+    /// fit its role.
     #[error("{path}: column `{column}`: {message}")]
     Column {
+        /// The input file whose schema was checked.
         path: PathBuf,
+        /// The column's name in the file.
         column: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// The id column's type differs between files: the output's id column
+    /// has one type.
     #[error("{path}: id column `{column}` is {found} here but {expected} in {first}")]
     IdKindMismatch {
+        /// The file whose id type differs.
         path: PathBuf,
+        /// The id column's name.
         column: String,
+        /// The id type in `path`.
         found: IdKind,
+        /// The id type in the first file, which the output keeps.
         expected: IdKind,
+        /// The first file.
         first: PathBuf,
     },
     /// `[writers] carry` does not fit the input (checked on the first
     /// file): never a file left out under `on_bad_file = "skip"`.
     #[error("{path}: column `{column}`: {message}")]
     Carry {
+        /// The first input file, against which carry was resolved.
         path: PathBuf,
+        /// The carried column named.
         column: String,
+        /// What is wrong with it (missing, or an output column's name).
         message: String,
     },
+    /// Arrow cannot build a row format for the carried columns' types.
     #[error("{path}: the row format of the carried columns")]
     CarryType {
+        /// The first input file.
         path: PathBuf,
+        /// Arrow's error.
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// A row group failed to read or decode mid-run; under
+    /// `on_bad_file = "skip"` bad content becomes rejects instead.
     #[error("{path}, row group {row_group}")]
     Decode {
+        /// The input file.
         path: PathBuf,
+        /// The row group's index in the file.
         row_group: usize,
+        /// What failed, classed as content or I/O.
         #[source]
         source: DecodeError,
     },
+    /// The decode thread pool could not start (threads exhausted).
     #[error("starting the decode threads")]
     DecodePool(#[source] rayon::ThreadPoolBuildError),
+    /// The output would be written into the input (or the input into the
+    /// output): the next run would read its own output.
     #[error("the output directory {output} {how} the input {input}: write the output elsewhere")]
     OutputOverlapsInput {
+        /// The output location.
         output: PathBuf,
+        /// The input location.
         input: PathBuf,
         /// `is`, `lies inside` or `contains`.
         how: &'static str,
     },
+    /// A `[readers]` setting out of range; holds what is wrong.
     #[error("invalid [readers] section: {0}")]
     Config(String),
+    /// The object store failed listing or reading the input.
     #[error("input {location}")]
     Storage {
+        /// The input URL or object.
         location: String,
+        /// The store's error, which carries its own class.
         #[source]
         source: Box<segpredict_storage::StorageError>,
     },
+    /// The file's size, modification time, footer or version differs from
+    /// the plan's: it was rewritten during the run (or between attempts).
     #[error(
         "input {path} changed while the run read it ({how}); nothing of the new version is used"
     )]
-    Changed { path: PathBuf, how: String },
+    Changed {
+        /// The input file.
+        path: PathBuf,
+        /// What differs, for the message.
+        how: String,
+    },
 }
 
 impl ReaderError {
@@ -234,6 +300,8 @@ impl Classify for ReaderError {
 }
 
 impl ReaderConfig {
+    /// Checks the settings and column mapping before any file is opened,
+    /// so a bad pipeline fails at once.
     pub fn validate(&self) -> Result<(), ReaderError> {
         if self.batch_rows == 0 {
             return Err(ReaderError::Config("batch_rows must be at least 1".into()));
@@ -241,6 +309,8 @@ impl ReaderConfig {
         self.columns.validate()
     }
 
+    /// Reader threads to start: `threads`, or for 0 half the cores (1 to
+    /// 8).
     pub fn effective_threads(&self) -> usize {
         match self.threads {
             // Half the cores: the model's threads (libtorch's on CPU, the
@@ -250,6 +320,8 @@ impl ReaderConfig {
         }
     }
 
+    /// Decode pool threads: `decode_threads`, or for 0 a quarter of the
+    /// cores (1 to 8).
     pub fn effective_decode_threads(&self) -> usize {
         match self.decode_threads {
             0 => (num_cpus::get() / 4).clamp(1, 8),

@@ -27,7 +27,9 @@ pub use crate::unit::Unit;
 /// The checked inputs of a run.
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
+    /// Every input file, frozen in plan order; rows' `file_idx` index it.
     pub sources: Sources,
+    /// The id column's type, the same in every file (checked).
     pub id_kind: IdKind,
     /// Rows of every input file: the run's whole input.
     pub total_rows: u64,
@@ -109,6 +111,8 @@ impl ReadPlan {
             .is_some_and(|d| d.contains(origin.file_idx, origin.row_idx))
     }
 
+    /// Whether an earlier attempt finished rows (a resume), so decoded rows
+    /// must be checked with [`Self::is_done`].
     pub fn skips_rows(&self) -> bool {
         self.done.is_some()
     }
@@ -126,6 +130,8 @@ pub struct UnitQueue<'a> {
 }
 
 impl<'a> UnitQueue<'a> {
+    /// A queue of the plan's selected units, starting the prefetch of
+    /// their bytes when any input is in object storage.
     pub fn new(plan: &'a ReadPlan) -> Self {
         let prefetch = plan.remote.iter().any(Option::is_some).then(|| {
             Prefetch::new(

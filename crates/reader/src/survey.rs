@@ -21,9 +21,13 @@ use crate::remote::{self, RemoteFile};
 /// One input file as its footer describes it.
 #[derive(Debug, Clone)]
 pub struct FileSurvey {
+    /// The file's path or object URL.
     pub path: PathBuf,
+    /// Rows, from the footer.
     pub rows: u64,
+    /// Row groups, from the footer.
     pub row_groups: usize,
+    /// The file's Arrow schema, as the reader would decode it.
     pub schema: SchemaRef,
 }
 
@@ -67,6 +71,7 @@ pub fn segment_counts(path: &Path, column: &str) -> Result<SegmentCounts, Reader
 /// lengths, and for encoded images each one's header (no pixel decoded).
 #[derive(Debug, Clone, Default)]
 pub struct SegmentsSurvey {
+    /// Each row's segment count, and the rows with none.
     pub counts: SegmentCounts,
     /// Empty unless the column holds encoded images.
     pub images: ImageSurvey,
@@ -231,7 +236,11 @@ pub enum ColumnRole {
     /// A list of segments; `elements` per segment when fixed (`dtype`
     /// elements; for binary the byte count, as u8).
     Segments {
+        /// The segment dtype the items would be read as (`u8`, `f16`,
+        /// `f32`).
         dtype: &'static str,
+        /// Elements per segment when the type fixes it; `None` for
+        /// variable-length binary.
         elements: Option<usize>,
     },
     /// Encoded images in Hugging Face `datasets`' layout
@@ -246,12 +255,16 @@ pub enum ColumnRole {
     /// A list of integers: a `ragged` extra.
     RaggedInts,
     /// A fixed-size list of numbers: a `vector` extra.
-    Vector { width: usize },
+    Vector {
+        /// The fixed list length: the extra's `width`.
+        width: usize,
+    },
     /// Nothing this reader decodes.
     Other,
 }
 
 impl ColumnRole {
+    /// Whether the column could be the id column (a string or an integer).
     pub fn can_be_id(&self) -> bool {
         matches!(self, ColumnRole::Text | ColumnRole::Int)
     }

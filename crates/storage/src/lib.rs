@@ -8,6 +8,8 @@
 //! Nothing here holds a secret in a name: a location is the URL as given,
 //! and credentials never leave the builders.
 
+#![warn(missing_docs)]
+
 mod answer;
 mod counting;
 mod list;
@@ -34,17 +36,34 @@ pub use runtime::{block_on, runtime};
 /// store's error is kept (for its class) but shown as [`one_line`].
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
+    /// The text is not a location segpredict can use (an unknown scheme,
+    /// no bucket, a bad glob pattern); found before any request is sent.
     #[error("{location}: {reason}")]
-    Url { location: String, reason: String },
+    Url {
+        /// The location as the user gave it.
+        location: String,
+        /// What is wrong with it, for the message.
+        reason: String,
+    },
+    /// The bucket's client could not be built (missing or malformed
+    /// credentials or settings in the environment).
     #[error("{location}: connecting to the object store: {}", one_line(error))]
     Connect {
+        /// The bucket's URL, `scheme://bucket`.
         location: String,
+        /// object_store's builder error, kept for its class.
         error: object_store::Error,
     },
+    /// A request to the store failed after object_store's own retries;
+    /// [`is_permanent`] says whether another attempt can pass.
     #[error("{op} {location}: {}", one_line(error))]
     Request {
+        /// What was being done, as a verb phrase (`"listing"`,
+        /// `"looking up"`).
         op: &'static str,
+        /// The URL of the prefix the request was about.
         location: String,
+        /// object_store's error, kept for its class.
         error: object_store::Error,
     },
 }
@@ -149,7 +168,10 @@ pub fn canonical_path(path: &std::path::Path) -> PathBuf {
 /// A place: a local path, or a prefix in a bucket.
 #[derive(Debug, Clone)]
 pub enum Location {
+    /// A path on the local (or mounted) file system, as given: relative
+    /// paths stay relative (see [`canonical_path`]).
     Local(PathBuf),
+    /// A prefix in an object-store bucket, with its connected client.
     Object(ObjectUrl),
 }
 
@@ -247,6 +269,9 @@ impl ObjectUrl {
         }
     }
 
+    /// The bucket's client (one per bucket for parsed locations, see
+    /// [`Self::with_options`] for the exception); keys passed to it are
+    /// full keys ([`Self::key`]), not names below the prefix.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }

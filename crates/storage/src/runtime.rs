@@ -11,6 +11,9 @@ use tokio::runtime::Runtime;
 /// and the decode pool and the model worker need the cores.
 const IO_THREADS: usize = 2;
 
+/// The process's I/O runtime, started on first use, for spawning requests
+/// that run while a stage thread does other work (prefetch, multipart
+/// upload parts). Stage threads wait on results with [`block_on`].
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {

@@ -19,6 +19,8 @@
 //! [`LocalStore`] keeps these with a temporary file, fsync, rename and a
 //! directory fsync. Nothing above this module names `std::fs` for output.
 
+#![warn(missing_docs)]
+
 pub mod bucket;
 pub mod conformance;
 pub mod temp;
@@ -61,13 +63,22 @@ pub fn open_store(
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {location}")]
 pub struct StoreError {
+    /// What was being done, as a verb phrase for the message
+    /// (`"reading"`, `"writing into"`, `"uploading"`).
     pub op: &'static str,
+    /// The full path or URL of the object (the store's `locate`), not the
+    /// bare key, so the message names where it failed.
     pub location: String,
+    /// The underlying failure; object-store errors arrive mapped to an I/O
+    /// error kind so callers can match on [`Self::kind`].
     #[source]
     pub source: std::io::Error,
 }
 
 impl StoreError {
+    /// The failure's I/O kind (`NotFound`, `AlreadyExists`, ...), which
+    /// callers test to tell a missing or already-written object from a
+    /// real failure.
     pub fn kind(&self) -> std::io::ErrorKind {
         self.source.kind()
     }
@@ -193,6 +204,9 @@ pub struct LocalStore {
 }
 
 impl LocalStore {
+    /// A store rooted at `root` (created later by `ensure`), tagging its
+    /// temporary files as the whole input's; use [`Self::tagged`] for a
+    /// shard.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
@@ -208,6 +222,7 @@ impl LocalStore {
         self
     }
 
+    /// The directory every key is relative to.
     pub fn root(&self) -> &Path {
         &self.root
     }

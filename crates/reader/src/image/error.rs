@@ -10,48 +10,85 @@ pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 /// reject's reason, so it carries the decoder's message in one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
+    /// The segment holds no bytes.
     #[error("is empty (0 bytes)")]
     Empty,
+    /// The bytes start with no PNG, JPEG or WebP signature.
     #[error("is not PNG, JPEG or WebP ({len} bytes starting {start})")]
-    UnknownFormat { len: usize, start: String },
+    UnknownFormat {
+        /// The segment's length in bytes.
+        len: usize,
+        /// Its first bytes in hex, to tell what it is.
+        start: String,
+    },
+    /// The header does not parse.
     #[error("{format} header: {}", one_line(&source.to_string()))]
     Header {
+        /// The format the signature named.
         format: Format,
+        /// The decoder's error.
         #[source]
         source: Cause,
     },
+    /// The header gives a zero width or height.
     #[error("{format} header says {width}x{height}: an image without pixels")]
     NoPixels {
+        /// The image's format.
         format: Format,
+        /// Width from the header.
         width: u32,
+        /// Height from the header.
         height: u32,
     },
+    /// More pixels than `max_pixels` allows: refused before decoding, so a
+    /// hostile header cannot claim the memory.
     #[error(
         "{format} of {width}x{height} is {pixels} pixels, more than max_pixels = {max_pixels}"
     )]
     TooLarge {
+        /// The image's format.
         format: Format,
+        /// Width from the header.
         width: u32,
+        /// Height from the header.
         height: u32,
+        /// `width * height`.
         pixels: u64,
+        /// The configured bound.
         max_pixels: u64,
     },
+    /// A pixel layout other than 8-bit gray, gray+alpha, RGB or RGBA
+    /// (16-bit, CMYK, ...).
     #[error(
         "{format}: {color} pixels: only 8-bit gray, gray+alpha, RGB and RGBA images are decoded"
     )]
-    NotEightBit { format: Format, color: String },
+    NotEightBit {
+        /// The image's format.
+        format: Format,
+        /// The decoder's name for the layout.
+        color: String,
+    },
+    /// The pixel data does not decode (truncated, corrupt).
     #[error("{format}: {}", one_line(&source.to_string()))]
     Decode {
+        /// The image's format.
         format: Format,
+        /// The decoder's error.
         #[source]
         source: Cause,
     },
+    /// The decoder returned fewer bytes than the header's size needs.
     #[error("{format}: decoded {got} bytes where {width}x{height} needs {expected}")]
     ShortDecode {
+        /// The image's format.
         format: Format,
+        /// Bytes the decoder gave.
         got: usize,
+        /// Width from the header.
         width: u32,
+        /// Height from the header.
         height: u32,
+        /// Bytes that size needs in the decoded layout.
         expected: usize,
     },
     /// A decoder panicked on these bytes; caught, so only this row is lost.

@@ -13,8 +13,13 @@ use super::{ImageInput, ResizeMode, Target};
 /// the size and offset it is drawn at in the target.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Geometry {
+    /// `(left, top, width, height)` of the source region resampled, in
+    /// source pixels.
     pub source_box: (f64, f64, f64, f64),
+    /// `(width, height)` the region is resampled to.
     pub drawn: (u32, u32),
+    /// `(x, y)` of the drawn region's top-left corner in the target; the
+    /// rest is padding (`fit` only).
     pub offset: (u32, u32),
 }
 

@@ -122,9 +122,13 @@ fn one_or_per_channel<'de, D: serde::Deserializer<'de>>(
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResizeMode {
+    /// Scaled to the target's width and height independently: the aspect
+    /// ratio is not kept.
     #[default]
     Stretch,
+    /// Scaled to fit inside, centered, the rest filled with `pad_value`.
     Fit,
+    /// Scaled to cover, the overflow cut equally from both sides.
     Crop,
 }
 
@@ -132,20 +136,29 @@ pub enum ResizeMode {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Filter {
+    /// The nearest source pixel; no smoothing, the cheapest.
     Nearest,
+    /// The mean of the source pixels each target pixel covers.
     Box,
+    /// Linear interpolation (triangle filter), antialiased when shrinking.
     #[default]
     Bilinear,
+    /// Hamming-windowed filter: sharper than bilinear at about its cost.
     Hamming,
+    /// Cubic interpolation (Pillow's a = -0.5).
     Bicubic,
+    /// Lanczos-3: the sharpest, about three times bilinear's cost.
     Lanczos,
 }
 
+/// The order of the colour channels in the tensor (`channel_order`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChannelOrder {
+    /// Red, green, blue (then alpha): what torchvision-trained models take.
     #[default]
     Rgb,
+    /// Blue, green, red (then alpha): what OpenCV-trained models take.
     Bgr,
 }
 
@@ -164,9 +177,15 @@ impl std::fmt::Display for Filter {
 /// The tensor one image becomes: `[channels, height, width]` of `dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
+    /// 1 (gray), 3 (RGB) or 4 (RGBA); images of other layouts are
+    /// converted.
     pub channels: usize,
+    /// Rows of the tensor, at least 1.
     pub height: u32,
+    /// Columns of the tensor, at least 1.
     pub width: u32,
+    /// The element type written: raw pixels for u8, scaled and normalised
+    /// for f16 and f32.
     pub dtype: SegmentDtype,
 }
 
@@ -255,6 +274,7 @@ impl ImageDecoder {
         })
     }
 
+    /// The tensor each image becomes, from the segments' shape and dtype.
     pub fn target(&self) -> Target {
         self.target
     }

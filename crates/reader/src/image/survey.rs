@@ -24,10 +24,12 @@ pub struct ImageSurvey {
     /// Images whose header does not read, which a run rejects as
     /// `bad_image`; the first one's reason.
     pub unreadable: u64,
+    /// Why the first unreadable image did not read, to show one example.
     pub first_unreadable: Option<String>,
 }
 
 impl ImageSurvey {
+    /// Images seen: readable ones of every format, missing and unreadable.
     pub fn images(&self) -> u64 {
         self.formats.values().sum::<u64>() + self.missing + self.unreadable
     }
