@@ -350,9 +350,9 @@ impl Checkpoint {
 
     /// Begins an attempt: takes this shard's lock, takes the verdict and
     /// acts on it (writes the manifest of a new run, replaces another
-    /// run's output with `--overwrite`), removes this shard's leftovers,
-    /// claims the attempt's number (its epoch) and appends its `begin`
-    /// record to the shard's log, which fences every older attempt.
+    /// run's output with `--overwrite`), claims the attempt's number (its
+    /// epoch), appends its `begin` record to the shard's log, which fences
+    /// every older attempt, and then removes this shard's leftovers.
     pub fn begin(&self) -> Result<Begun, CheckpointError> {
         // First without the lock, which is a file in the output: a location
         // that is refused gets nothing written into it, and a finished run
@@ -378,8 +378,8 @@ impl Checkpoint {
             shard: self.shard,
             attempt,
         });
-        self.remove_leftovers(&layout, &keys)?;
         if self.log()?.done.is_some() {
+            self.remove_leftovers(&layout, &keys)?;
             return Ok(Begun::ShardDone(lock));
         }
         self.claim_attempt(&layout)?;
@@ -390,6 +390,10 @@ impl Checkpoint {
             &holder_text(),
             self.log()?,
         )?;
+        // Fenced first, cleaned after: a writer of an older attempt still
+        // running (its lock file removed, its lease lost) whose files go
+        // now finds this attempt's `begin` when it asks why it failed.
+        self.remove_leftovers(&layout, &keys)?;
         let Some(log) = writer else {
             return Ok(Begun::ShardDone(lock));
         };
