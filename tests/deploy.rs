@@ -348,33 +348,51 @@ fn env_var<'a>(container: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no env var {name}"))
 }
 
+/// The Job in `both[1]` is `both[0]`'s Indexed Job with the same values
+/// of `same` (command, arguments, ...) in its container, its input and
+/// output under `scheme`, and each of `vars` (name, optional) only from
+/// the Secret `secret`. Returns the resource and its container.
+fn assert_bucket_variant<'a>(
+    both: &'a [Value],
+    same: &[&str],
+    scheme: &str,
+    secret: &str,
+    vars: &[(&str, bool)],
+) -> (&'a Value, &'a Value) {
+    let [base, variant] = both else {
+        panic!("two resources")
+    };
+    let (plain, bucket) = (container(job_spec(base)), container(job_spec(variant)));
+    // The same shard plumbing: the same command and arguments (the index
+    // is JOB_COMPLETION_INDEX, set by Kubernetes for an Indexed Job).
+    for &key in same {
+        assert_eq!(plain[key], bucket[key], "{key}");
+    }
+    for name in ["INPUT", "OUTPUT"] {
+        let value = env_var(bucket, name)["value"].as_str().unwrap();
+        assert!(value.starts_with(scheme), "{name} = {value}");
+    }
+    for &(name, optional) in vars {
+        let from = &env_var(bucket, name)["valueFrom"]["secretKeyRef"];
+        assert_eq!(from["name"], secret, "{name}");
+        assert_eq!(from["key"], name);
+        assert_eq!(from["optional"] == true, optional, "{name}: {from}");
+    }
+    (variant, bucket)
+}
+
 #[test]
 fn the_bucket_job_is_the_indexed_job_on_s3_with_credentials_from_a_secret_only() {
     let both = resources(&["job.yaml", "job-s3.yaml"]);
-    let [on_disk, on_s3] = &both[..] else {
-        panic!("two resources")
-    };
-    let (disk, s3) = (container(job_spec(on_disk)), container(job_spec(on_s3)));
-    // The same shard plumbing: the same command and arguments (the index
-    // is JOB_COMPLETION_INDEX, set by Kubernetes for an Indexed Job).
-    assert_eq!(disk["command"], s3["command"]);
-    assert_eq!(disk["args"], s3["args"]);
-    for name in ["INPUT", "OUTPUT"] {
-        let value = env_var(s3, name)["value"].as_str().unwrap();
-        assert!(value.starts_with("s3://"), "{name} = {value}");
-    }
-    for (name, optional) in [
+    let vars = [
         ("AWS_ACCESS_KEY_ID", false),
         ("AWS_SECRET_ACCESS_KEY", false),
         ("AWS_REGION", false),
         ("AWS_ENDPOINT_URL", true),
         ("AWS_ALLOW_HTTP", true),
-    ] {
-        let secret = &env_var(s3, name)["valueFrom"]["secretKeyRef"];
-        assert_eq!(secret["name"], "segpredict-s3", "{name}");
-        assert_eq!(secret["key"], name);
-        assert_eq!(secret["optional"] == true, optional, "{name}: {secret}");
-    }
+    ];
+    let (on_s3, s3) =
+        assert_bucket_variant(&both, &["command", "args"], "s3://", "segpredict-s3", &vars);
     let words = format!("{} {}", s3["command"], s3["args"]);
     assert!(
         !words.contains("AWS_") && !words.contains("secret"),
@@ -457,29 +475,14 @@ fn the_bucket_jobs_pods_predict_every_row_once_into_the_bucket() {
 #[test]
 fn the_azure_job_is_the_indexed_job_on_az_with_credentials_from_a_secret_only() {
     let both = resources(&["job-s3.yaml", "job-azure.yaml"]);
-    let [on_s3, on_azure] = &both[..] else {
-        panic!("two resources")
-    };
-    let (s3, azure) = (container(job_spec(on_s3)), container(job_spec(on_azure)));
-    assert_eq!(s3["command"], azure["command"]);
-    assert_eq!(s3["args"], azure["args"]);
-    assert_eq!(s3["volumeMounts"], azure["volumeMounts"]);
-    assert_eq!(s3["securityContext"], azure["securityContext"]);
-    for name in ["INPUT", "OUTPUT"] {
-        let value = env_var(azure, name)["value"].as_str().unwrap();
-        assert!(value.starts_with("az://"), "{name} = {value}");
-    }
-    for (name, optional) in [
+    let vars = [
         ("AZURE_STORAGE_ACCOUNT_NAME", false),
         ("AZURE_STORAGE_ACCOUNT_KEY", false),
         ("AZURE_STORAGE_ENDPOINT", true),
         ("AZURE_ALLOW_HTTP", true),
-    ] {
-        let secret = &env_var(azure, name)["valueFrom"]["secretKeyRef"];
-        assert_eq!(secret["name"], "segpredict-azure", "{name}");
-        assert_eq!(secret["key"], name);
-        assert_eq!(secret["optional"] == true, optional, "{name}: {secret}");
-    }
+    ];
+    let same = ["command", "args", "volumeMounts", "securityContext"];
+    assert_bucket_variant(&both, &same, "az://", "segpredict-azure", &vars);
 }
 
 #[test]

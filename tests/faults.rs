@@ -43,16 +43,24 @@ fn permanent_error(run: &RunResult) -> String {
     expect_one_line_error(run)
 }
 
-#[test]
-fn a_flipped_byte_in_a_checksummed_page_is_exit_2_naming_file_and_row_group() {
-    let dir = tmp();
-    let input = dir.path().join("flipped.parquet");
+/// `flipped.parquet` in `dir`: the sample's first `rows` rows in row
+/// groups of 100, one byte of row group 1's checksummed page flipped.
+fn flipped_sample(dir: &Path, rows: usize) -> PathBuf {
+    let input = dir.join("flipped.parquet");
+    let rows = rows.to_string();
     fixture(
         "flip-byte",
         &sample(),
         &input,
-        &["--rows", "200", "--row-group-size", "100"],
+        &["--rows", &rows, "--row-group-size", "100"],
     );
+    input
+}
+
+#[test]
+fn a_flipped_byte_in_a_checksummed_page_is_exit_2_naming_file_and_row_group() {
+    let dir = tmp();
+    let input = flipped_sample(dir.path(), 200);
     let run = Pipeline::new(&input, dir.path().join("out")).run(&[]);
     let line = permanent_error(&run);
     assert!(line.contains("flipped.parquet"), "{line}");
@@ -110,13 +118,7 @@ fn assert_bad_row_group_accounted(
 #[test]
 fn a_corrupt_page_in_skip_mode_rejects_its_row_group_and_the_run_goes_on() {
     let dir = tmp();
-    let input = dir.path().join("flipped.parquet");
-    fixture(
-        "flip-byte",
-        &sample(),
-        &input,
-        &["--rows", "200", "--row-group-size", "100"],
-    );
+    let input = flipped_sample(dir.path(), 200);
     let run = Pipeline::new(&input, dir.path().join("out")).run(&["--on-bad-file", "skip"]);
     run.expect_code(3);
     assert!(run.out_dir.join("_SUCCESS").is_file(), "{}", run.describe());
@@ -143,13 +145,7 @@ fn a_corrupt_page_in_skip_mode_rejects_its_row_group_and_the_run_goes_on() {
 #[test]
 fn a_killed_skip_mode_run_over_a_corrupt_page_resumes_without_duplicates() {
     let dir = tmp();
-    let input = dir.path().join("flipped.parquet");
-    fixture(
-        "flip-byte",
-        &sample(),
-        &input,
-        &["--rows", "600", "--row-group-size", "100"],
-    );
+    let input = flipped_sample(dir.path(), 600);
     let out = dir.path().join("out");
     let pipeline = slowed(&input, &out);
     let file = pipeline.write(&dir.path().join("pipeline.toml"));

@@ -542,9 +542,12 @@ impl Checkpoint {
     /// that landed after its writer was killed and the run finished) are
     /// removed by any rerun; with none, nothing is touched.
     fn remove_uncounted_files(&self, keys: &[String]) -> Result<(), CheckpointError> {
-        let data = keys
+        let has_data = keys
             .iter()
-            .filter(|k| matches!(Name::parse(k), Some(Name::Data { .. })));
+            .any(|k| matches!(Name::parse(k), Some(Name::Data { .. })));
+        if !has_data {
+            return Ok(());
+        }
         let mut counted = Vec::new();
         for index in 0..self.manifest.shards {
             let shard = ShardSpec {
@@ -553,12 +556,11 @@ impl Checkpoint {
             };
             counted.extend(read_log(self.store.as_ref(), shard)?.files);
         }
-        let named: std::collections::HashSet<&str> =
-            counted.iter().map(|f| f.key.as_str()).collect();
-        if data.into_iter().all(|k| named.contains(k.as_str())) {
-            return Ok(());
-        }
-        Ok(crate::log::remove_uncounted(self.store.as_ref(), &counted)?)
+        Ok(crate::log::remove_uncounted(
+            self.store.as_ref(),
+            keys,
+            &counted,
+        )?)
     }
 
     fn remove_leftovers(&self, layout: &OutputLayout, keys: &[String]) -> Result<(), StoreError> {

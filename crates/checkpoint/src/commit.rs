@@ -213,7 +213,7 @@ pub fn commit_run(store: &dyn Store) -> Result<CommitState, CommitError> {
     )?;
     merge_batches(store, &of_kind(FileKind::Batches), BATCHES)?;
     write_report(store, shards, totals)?;
-    remove_uncounted(store, &files)?;
+    remove_uncounted(store, &store.list("")?, &files)?;
     store.put(SUCCESS, b"")?;
     Ok(CommitState::Committed(totals))
 }

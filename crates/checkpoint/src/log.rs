@@ -462,16 +462,27 @@ impl LogWriter {
     }
 }
 
-/// Removes every data file of our layout that no counted record names:
-/// what a writer killed with an upload in flight, or stalled past its
-/// lease, landed after the log moved on. Never counted, now not listed.
-pub fn remove_uncounted(store: &dyn Store, counted: &[FileEntry]) -> Result<(), StoreError> {
+/// The data files of our layout in `keys` (a listing of the output) that
+/// no counted record names: what a writer killed with an upload in
+/// flight, or stalled past its lease, landed after the log moved on.
+pub fn uncounted<'a>(keys: &'a [String], counted: &[FileEntry]) -> Vec<&'a str> {
     let named: HashSet<&str> = counted.iter().map(|f| f.key.as_str()).collect();
-    for key in store.list("")? {
-        if matches!(Name::parse(&key), Some(Name::Data { .. })) && !named.contains(key.as_str()) {
-            store.delete(&key)?;
-            tracing::info!(file = %store.locate(&key), "removed a data file no commit record names");
-        }
+    keys.iter()
+        .map(String::as_str)
+        .filter(|k| matches!(Name::parse(k), Some(Name::Data { .. })) && !named.contains(k))
+        .collect()
+}
+
+/// Removes the [`uncounted`] data files of `keys`: never counted, now not
+/// listed either.
+pub fn remove_uncounted(
+    store: &dyn Store,
+    keys: &[String],
+    counted: &[FileEntry],
+) -> Result<(), StoreError> {
+    for key in uncounted(keys, counted) {
+        store.delete(key)?;
+        tracing::info!(file = %store.locate(key), "removed a data file no commit record names");
     }
     Ok(())
 }
