@@ -6,8 +6,10 @@
 //! through `abfss://` URLs; runs killed at random moments resume; three
 //! shards share a prefix with one killed; a live lease refuses a second
 //! run naming its holder; a tenth of requests failing or reset through the
-//! fault proxy costs retries, not rows; a part PUT landing after its
-//! writer was killed and a writer stopped past its lease are fenced.
+//! fault proxy costs retries, not rows; failures that outlast the retries
+//! exit retryable; a part PUT landing after its writer was killed, a
+//! writer stopped past its lease and two writers of one hostname and PID
+//! are fenced.
 
 use std::path::Path;
 
@@ -85,8 +87,19 @@ fn a_live_azure_lease_refuses_a_second_run_naming_its_holder_until_wait_for_lock
 }
 
 #[test]
+fn a_live_lease_in_the_container_refuses_run_and_check_naming_the_holder_and_an_expired_one_is_taken_over(
+) {
+    stores::another_hosts_lease_refuses_then_is_taken_over(Azurite::shared());
+}
+
+#[test]
 fn a_tenth_of_azure_requests_failing_or_reset_costs_retries_not_rows() {
     stores::a_tenth_of_requests_failing_costs_retries_not_rows(Azurite::shared());
+}
+
+#[test]
+fn failures_that_outlast_the_retries_on_azure_exit_retryable_and_the_rerun_resumes() {
+    stores::failures_outlasting_the_retries_exit_retryable(Azurite::shared());
 }
 
 #[test]
@@ -97,4 +110,9 @@ fn an_azure_part_put_landing_after_its_writer_was_killed_never_counts() {
 #[test]
 fn an_azure_writer_stopped_past_its_lease_is_fenced_and_stops() {
     stores::a_writer_stopped_past_its_lease_is_fenced(Azurite::shared());
+}
+
+#[test]
+fn two_azure_writers_with_one_hostname_and_pid_never_share_the_lease() {
+    stores::one_hostname_and_pid_never_share_the_lease(Azurite::shared());
 }

@@ -4,10 +4,10 @@
 //! moments resume; three shards share a prefix; a tenth of requests
 //! failing or reset through the fault proxy costs retries, not rows;
 //! failures that outlast the retries exit retryable with a resumable
-//! output; another host's live lease refuses a run until it expires. While
-//! runs write, a watcher lists the prefix and reads every object under a
-//! final name whole. Each scenario is written once in `stores.rs`, for
-//! Azure Blob too (`azure.rs`).
+//! output; a live lease (a running writer's, another host's until it
+//! expires) refuses a run. While runs write, a watcher lists the prefix
+//! and reads every object under a final name whole. Each scenario is
+//! written once in `stores.rs`, for Azure Blob too (`azure.rs`).
 
 use crate::stores;
 use crate::util::*;
@@ -41,4 +41,9 @@ fn failures_that_outlast_the_retries_exit_retryable_and_the_rerun_resumes() {
 fn a_live_lease_in_the_bucket_refuses_run_and_check_naming_the_holder_and_an_expired_one_is_taken_over(
 ) {
     stores::another_hosts_lease_refuses_then_is_taken_over(S3Server::shared());
+}
+
+#[test]
+fn a_running_writers_lease_in_the_bucket_refuses_a_second_run_until_wait_for_lock() {
+    stores::a_running_writers_lease_refuses_a_second_run(S3Server::shared());
 }
