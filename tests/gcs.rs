@@ -31,15 +31,6 @@ fn run_gcs(server: &GcsServer, file: &Path, out: &Path) -> RunResult {
     run_command(&mut command(server, &["run", file.to_str().unwrap()]), out)
 }
 
-/// The output's rows by id, their source named by its row alone (the
-/// file is a path in one run, a URL in the other).
-fn sorted_rows(dir: &Path) -> Vec<OutRow> {
-    let mut rows = read_output(dir);
-    rows.iter_mut().for_each(|r| r.source_file.clear());
-    rows.sort_by(|a, b| a.id.cmp(&b.id));
-    rows
-}
-
 /// The report's count of object-storage requests.
 fn store_requests(dir: &Path) -> u64 {
     let report = read_report(dir);
@@ -167,7 +158,7 @@ fn the_gcs_harness_stores_lists_and_reads_back_and_its_server_dies_when_dropped(
 
 /// The request object_store's GCS client sends for `put` (XML API, the
 /// key percent-encoded whole), with its conditional header for `Create`.
-fn xml_put(server: &GcsServer, bucket: &str, key: &str, create: bool) -> GcsResponse {
+fn xml_put(server: &GcsServer, bucket: &str, key: &str, create: bool) -> HttpResponse {
     let path = format!("/{bucket}/{}", uri_encode(key, true));
     let headers: &[(&str, &str)] = match create {
         true => &[("x-goog-if-generation-match", "0")],

@@ -10,7 +10,6 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::DataType;
 
 use crate::carry::{carry_line, one_batch};
-use crate::objects::{download, run_s3};
 use crate::util::*;
 
 /// The sample split by `tests/fixtures.py hive` into `dir/events/`.
@@ -90,28 +89,22 @@ fn a_carried_partition_key_some_file_lacks_is_refused_naming_the_file() {
 
 #[test]
 fn a_hive_partitioned_prefix_in_s3_gives_the_samples_labels_with_dt_carried() {
-    let server = S3Server::shared();
-    let bucket = server.unique_bucket("hive");
+    let bucket = Bucket::new(S3Server::shared(), "hive");
     let dir = tmp();
     let local = events(dir.path());
     let mut files = Vec::new();
     collect(&local, &mut files);
     for file in &files {
         let key = file.strip_prefix(&local).unwrap().display().to_string();
-        server.put(
-            &bucket,
-            &format!("in/events/{key}"),
-            &std::fs::read(file).unwrap(),
-        );
+        bucket.put(&format!("in/events/{key}"), &std::fs::read(file).unwrap());
     }
-    let mut pipeline = Pipeline::new(
-        format!("s3://{bucket}/in/events/"),
-        format!("s3://{bucket}/out/"),
-    );
+    let mut pipeline = Pipeline::new(bucket.url("in/events/"), bucket.url("out/"));
     pipeline.writers_extra.push(carry_line(&["dt"]));
     let file = pipeline.write(&dir.path().join("s3.toml"));
-    run_s3(server.endpoint(), &file, &[], dir.path()).expect_code(0);
-    let out = download(server, &bucket, "out/", &dir.path().join("s3"));
+    bucket
+        .run(bucket.endpoint(), &file, &[], dir.path())
+        .expect_code(0);
+    let out = bucket.download("out/", &dir.path().join("s3"));
     assert_partitioned_output(&out);
 }
 

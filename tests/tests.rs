@@ -35,7 +35,11 @@
 //!   write tests ignored until it does).
 //! * `azure`: Azure Blob Storage against Azurite (`util/azure.rs`): the
 //!   store conformance suite (and against moto's S3 server), the sample
-//!   round trip, kills and resume, three shards, the lease, the fault proxy.
+//!   round trip, kills and resume, three shards, the leases, the fault
+//!   proxy, fencing: the scenarios of `objects` and `fenced`, from `stores`.
+//! * `stores`: the object-store scenarios, each written once against
+//!   `util::TestBucket` (`util/bucket.rs`) and run by `objects`, `fenced`
+//!   and `azure` against moto's S3 server and Azurite.
 //! * `s3harness`: the object-storage harness itself (`util/s3.rs`): moto's
 //!   S3 server on loopback, the fault proxy in front of it
 //!   (`tools/s3/fault_proxy.py`), the signed client the tests check with.
@@ -79,4 +83,5 @@ mod recovery;
 mod resume;
 mod s3harness;
 mod sample;
+mod stores;
 mod tidy;

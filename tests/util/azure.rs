@@ -15,15 +15,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::repo;
-use super::s3::{
-    agent, hmac_sha256, started_by_a_parked_thread, uri_encode, wait_until_answering, whole_body,
-    xml_elements, xml_unescape, LoopbackChild, S3Response,
+use super::http::{
+    agent, configure_child, download_each, expect_status, hmac_sha256, no_proxy, send, unique_name,
+    uri_encode, xml_elements, xml_unescape, HttpResponse,
 };
+use super::process::{port_after, started_by_a_parked_thread, wait_until_answering, LoopbackChild};
+use super::{repo, TestBucket};
 
 /// Azurite's well-known development account and its published key
 /// (learn.microsoft.com, "Use the Azurite emulator": not a secret).
@@ -36,17 +36,6 @@ const API_VERSION: &str = "2021-08-06";
 /// Azurite's blob service: the npm package's launcher.
 pub fn azurite_binary() -> PathBuf {
     repo().join("tools/azure/node_modules/.bin/azurite-blob")
-}
-
-/// "Azurite Blob service successfully listens on http://127.0.0.1:PORT"
-fn listening_port(line: &str) -> Option<u16> {
-    let marker = "listens on http://127.0.0.1:";
-    let at = line.find(marker)? + marker.len();
-    let digits: String = line[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
 }
 
 /// Variables of a developer's own Azure set-up that would change which
@@ -72,21 +61,16 @@ pub fn azure_env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("AZURE_STORAGE_USE_EMULATOR", "true".to_string()),
         ("AZURITE_BLOB_STORAGE_URL", endpoint.to_string()),
         ("AZURE_ALLOW_HTTP", "true".to_string()),
-        ("NO_PROXY", "127.0.0.1,localhost".to_string()),
-        ("no_proxy", "127.0.0.1,localhost".to_string()),
     ]
+    .into_iter()
+    .chain(no_proxy())
+    .collect()
 }
 
 /// Points `command` at Azurite at `endpoint` ([`azure_env`]), with none of
 /// the developer's own Azure set-up or proxies left to redirect it.
 pub fn configure_azure<'a>(command: &'a mut Command, endpoint: &str) -> &'a mut Command {
-    for var in FOREIGN_AZURE_VARS {
-        command.env_remove(var);
-    }
-    for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-        command.env_remove(var);
-    }
-    command.envs(azure_env(endpoint))
+    configure_child(command, &FOREIGN_AZURE_VARS, azure_env(endpoint))
 }
 
 /// Azurite's blob service on a loopback port it picked itself, its data in
@@ -113,6 +97,8 @@ impl Azurite {
             .args(["--blobHost", "127.0.0.1", "--blobPort", "0", "--location"])
             .arg(data.path())
             .args(["--skipApiVersionCheck", "--silent"]);
+        // "Azurite Blob service successfully listens on http://127.0.0.1:PORT"
+        let listening_port = |line: &str| port_after(line, "listens on http://127.0.0.1:");
         let process = LoopbackChild::spawn("Azurite", command, listening_port);
         let client = AzureClient::new(process.port);
         let probe = format!("{}/{AZURITE_ACCOUNT}?comp=list", client.endpoint);
@@ -130,15 +116,6 @@ impl Azurite {
         SHARED.get_or_init(|| started_by_a_parked_thread("azurite-owner", Azurite::start))
     }
 
-    pub fn port(&self) -> u16 {
-        self.process.port
-    }
-
-    /// `http://127.0.0.1:PORT`
-    pub fn endpoint(&self) -> &str {
-        &self.client.endpoint
-    }
-
     pub fn client(&self) -> &AzureClient {
         &self.client
     }
@@ -150,34 +127,67 @@ impl Azurite {
     /// A new empty container named after `hint`, unique in this process
     /// (lowercase letters, digits and single dashes, 3 to 63 long).
     pub fn unique_container(&self, hint: &str) -> String {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut name = String::new();
-        for c in hint.chars().take(40) {
-            let c = if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            };
-            if !(c == '-' && name.ends_with('-')) {
-                name.push(c);
-            }
-        }
-        let name = format!("{}-{}-{n}", name.trim_matches('-'), std::process::id());
+        let name = unique_name(hint);
         self.client.create_container(&name);
         name
     }
+}
 
-    pub fn put(&self, container: &str, key: &str, body: &[u8]) {
+/// The emulator's container operations (put, get, list, ...) are
+/// [`TestBucket`]'s.
+impl TestBucket for Azurite {
+    fn scheme(&self) -> &'static str {
+        "az"
+    }
+
+    fn port(&self) -> u16 {
+        self.process.port
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.client.endpoint
+    }
+
+    fn unique_container(&self, hint: &str) -> String {
+        self.unique_container(hint)
+    }
+
+    fn put(&self, container: &str, key: &str, body: &[u8]) {
         self.client.put(container, key, body)
     }
 
-    pub fn get(&self, container: &str, key: &str) -> Vec<u8> {
+    fn get(&self, container: &str, key: &str) -> Vec<u8> {
         self.client.get(container, key)
     }
 
-    pub fn list(&self, container: &str, prefix: &str) -> Vec<String> {
+    fn try_get(&self, container: &str, key: &str) -> Option<Vec<u8>> {
+        let path = format!("/{container}/{key}");
+        let got = self.client.request("GET", &path, &[], &[], b"");
+        got.ok().filter(|r| r.status == 200).map(|r| r.body)
+    }
+
+    fn list(&self, container: &str, prefix: &str) -> Vec<String> {
         self.client.list(container, prefix)
+    }
+
+    fn configure<'a>(&self, command: &'a mut Command, endpoint: &str) -> &'a mut Command {
+        configure_azure(command, endpoint)
+    }
+
+    fn store_options(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("azure_storage_account_name", AZURITE_ACCOUNT.to_string()),
+            ("azure_storage_account_key", AZURITE_KEY.to_string()),
+            (
+                "azure_storage_endpoint",
+                format!("{}/{AZURITE_ACCOUNT}", self.endpoint()),
+            ),
+            ("azure_allow_http", "true".to_string()),
+        ]
+    }
+
+    fn leak_markers(&self) -> &'static [&'static str] {
+        &["secret", "Eby8vdM02"]
     }
 }
 
@@ -205,7 +215,7 @@ impl AzureClient {
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<S3Response, ureq::Error> {
+    ) -> Result<HttpResponse, ureq::Error> {
         // Signed as sent: the percent-encoded path.
         let path = uri_encode(&format!("/{AZURITE_ACCOUNT}{path}"), false);
         let mut all: Vec<(String, String)> = vec![
@@ -234,19 +244,7 @@ impl AzureClient {
         for (name, value) in all {
             builder = builder.header(name, value);
         }
-        let mut response = self.agent.run(builder.body(body.to_vec()).unwrap())?;
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
-            .collect();
-        let status = response.status().as_u16();
-        let body = whole_body(&mut response)?;
-        Ok(S3Response {
-            status,
-            headers,
-            body,
-        })
+        send(&self.agent, builder, body)
     }
 
     fn expect(
@@ -257,18 +255,9 @@ impl AzureClient {
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> S3Response {
-        let response = self
-            .request(method, path, query, headers, body)
-            .unwrap_or_else(|e| panic!("{method} {path} on {}: {e}", self.endpoint));
-        assert_eq!(
-            response.status,
-            expected,
-            "{method} {path} on {}: {}",
-            self.endpoint,
-            response.text()
-        );
-        response
+    ) -> HttpResponse {
+        let answer = self.request(method, path, query, headers, body);
+        expect_status(answer, expected, method, path, &self.endpoint)
     }
 
     pub fn create_container(&self, container: &str) {
@@ -326,14 +315,9 @@ impl AzureClient {
 
     /// Every blob under `prefix` into `dir`, at its name less `prefix`.
     pub fn download(&self, container: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
-        let mut written = Vec::new();
-        for key in self.list(container, prefix) {
-            let path = dir.join(key[prefix.len()..].trim_start_matches('/'));
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, self.get(container, &key)).unwrap();
-            written.push(path);
-        }
-        written
+        download_each(self.list(container, prefix), prefix, dir, |key| {
+            self.get(container, key)
+        })
     }
 }
 

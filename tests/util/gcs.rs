@@ -24,11 +24,14 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use super::http::{
+    agent, configure_child, download_each, expect_status, no_proxy, send, unique_name, uri_encode,
+    HttpResponse,
+};
+use super::process::{port_after, started_by_a_parked_thread, wait_until_answering, LoopbackChild};
 use super::python;
-use super::s3::{agent, uri_encode, wait_until_answering, LoopbackChild};
 
 /// What object_store's `GoogleCloudStorageBuilder` reads as a service
 /// account key: `disable_oauth` (object_store's switch for emulators) sends
@@ -73,30 +76,6 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// fake-gcs-server's "server started at http://127.0.0.1:PORT".
-fn started_port(line: &str) -> Option<u16> {
-    let at = line.find("server started at http://127.0.0.1:")?
-        + "server started at http://127.0.0.1:".len();
-    let digits: String = line[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// One answer of the emulator: status and body.
-#[derive(Debug)]
-pub struct GcsResponse {
-    pub status: u16,
-    pub body: Vec<u8>,
-}
-
-impl GcsResponse {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
 /// fake-gcs-server on loopback (in memory), until dropped.
 pub struct GcsServer {
     process: LoopbackChild,
@@ -122,6 +101,8 @@ impl GcsServer {
         command.args(["-public-host", "127.0.0.1", "-log-level", "info"]);
         command.args(["-port", &port.to_string()]);
         let what = "fake-gcs-server";
+        // "server started at http://127.0.0.1:PORT"
+        let started_port = |line: &str| port_after(line, "server started at http://127.0.0.1:");
         let process = LoopbackChild::spawn(what, command, started_port);
         let endpoint = format!("http://127.0.0.1:{}", process.port);
         let health = format!("{endpoint}/_internal/healthcheck");
@@ -137,9 +118,7 @@ impl GcsServer {
     /// lives as long as the process (see `S3Server::shared`).
     pub fn shared() -> &'static GcsServer {
         static SHARED: OnceLock<GcsServer> = OnceLock::new();
-        SHARED.get_or_init(|| {
-            super::s3::started_by_a_parked_thread("gcs-server-owner", GcsServer::start)
-        })
+        SHARED.get_or_init(|| started_by_a_parked_thread("gcs-server-owner", GcsServer::start))
     }
 
     /// `http://127.0.0.1:PORT`
@@ -163,21 +142,16 @@ impl GcsServer {
             ("GOOGLE_BASE_URL", self.endpoint.clone()),
             ("GOOGLE_SERVICE_ACCOUNT_KEY", GCS_NO_OAUTH_KEY.to_string()),
             ("GOOGLE_ALLOW_HTTP", "true".to_string()),
-            ("NO_PROXY", "127.0.0.1,localhost".to_string()),
-            ("no_proxy", "127.0.0.1,localhost".to_string()),
         ]
+        .into_iter()
+        .chain(no_proxy())
+        .collect()
     }
 
     /// Sets [`GcsServer::env`] on `command`, with none of the developer's
     /// own Google set-up or proxies left to redirect it.
     pub fn configure<'a>(&self, command: &'a mut Command) -> &'a mut Command {
-        for var in FOREIGN_GOOGLE_VARS {
-            command.env_remove(var);
-        }
-        for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-            command.env_remove(var);
-        }
-        command.envs(self.env())
+        configure_child(command, &FOREIGN_GOOGLE_VARS, self.env())
     }
 }
 
@@ -190,7 +164,7 @@ impl GcsServer {
         path_and_query: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<GcsResponse, ureq::Error> {
+    ) -> Result<HttpResponse, ureq::Error> {
         let mut builder = ureq::http::Request::builder()
             .method(method)
             .uri(format!("{}{path_and_query}", self.endpoint))
@@ -198,40 +172,18 @@ impl GcsServer {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
-        let mut response = self.agent.run(builder.body(body.to_vec()).unwrap())?;
-        let status = response.status().as_u16();
-        let body = super::s3::whole_body(&mut response)?;
-        Ok(GcsResponse { status, body })
+        send(&self.agent, builder, body)
     }
 
     /// `request` that must be answered `expected`.
     fn expect(&self, expected: u16, method: &str, path_and_query: &str, body: &[u8]) -> Vec<u8> {
-        let response = self
-            .request(method, path_and_query, &[], body)
-            .unwrap_or_else(|e| panic!("{method} {path_and_query} on {}: {e}", self.endpoint));
-        assert_eq!(
-            response.status,
-            expected,
-            "{method} {path_and_query} on {}: {}",
-            self.endpoint,
-            response.text()
-        );
-        response.body
+        let answer = self.request(method, path_and_query, &[], body);
+        expect_status(answer, expected, method, path_and_query, &self.endpoint).body
     }
 
     /// A new empty bucket named after `hint`, unique in this process.
     pub fn unique_bucket(&self, hint: &str) -> String {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name: String = hint
-            .chars()
-            .map(|c| match c.is_ascii_alphanumeric() {
-                true => c.to_ascii_lowercase(),
-                false => '-',
-            })
-            .take(40)
-            .collect();
-        let name = format!("{}-{}-{n}", name.trim_matches('-'), std::process::id());
+        let name = unique_name(hint);
         self.create_bucket(&name);
         name
     }
@@ -289,13 +241,8 @@ impl GcsServer {
 
     /// Every object under `prefix` into `dir`, at its name less `prefix`.
     pub fn download(&self, bucket: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
-        let mut written = Vec::new();
-        for name in self.list(bucket, prefix) {
-            let path = dir.join(name[prefix.len()..].trim_start_matches('/'));
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, self.get(bucket, &name)).unwrap();
-            written.push(path);
-        }
-        written
+        download_each(self.list(bucket, prefix), prefix, dir, |name| {
+            self.get(bucket, name)
+        })
     }
 }

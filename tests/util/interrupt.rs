@@ -52,6 +52,29 @@ pub fn kill_when(child: &mut Child, deadline: Instant, ready: impl Fn() -> bool)
     running
 }
 
+/// Sends `signal` to `child` (SIGSTOP, SIGCONT), which must take it.
+pub fn signal(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) on a child this test started and has not reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    assert_eq!(sent, 0, "kill({}, {signal})", child.id());
+}
+
+/// Polls `ready` until it holds; panics naming `what` after `limit`.
+pub fn wait_for(what: &str, limit: Duration, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `child`'s exit code and stderr, once it ends.
+pub fn finished(child: Child) -> (Option<i32>, String) {
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
 /// Every record of every shard's commit log in a local output.
 fn log_records(out: &Path) -> Vec<serde_json::Value> {
     let mut records = Vec::new();

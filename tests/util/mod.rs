@@ -22,6 +22,14 @@ use tempfile::TempDir;
 mod interrupt;
 pub use interrupt::*;
 
+mod http;
+pub use http::*;
+
+mod process;
+
+mod bucket;
+pub use bucket::*;
+
 mod s3;
 pub use s3::*;
 
@@ -493,6 +501,15 @@ fn read_rejects_file(dir: &Path) -> (Vec<RejectRow>, Vec<BadFileRow>) {
         }
     }
     (rows, bad_files)
+}
+
+/// The output's rows by id, their source named by its row alone (the
+/// file is a path in one run, a URL in the other).
+pub fn sorted_rows(dir: &Path) -> Vec<OutRow> {
+    let mut rows = read_output(dir);
+    rows.iter_mut().for_each(|r| r.source_file.clear());
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    rows
 }
 
 /// The rejected input rows of [`REJECTS_FILE`].

@@ -14,196 +14,29 @@
 //! let keys = server.list(&bucket, "out/");
 //! server.client().download(&bucket, "out/", &dir); // then read_output(&dir)
 //! let proxy = FaultProxy::in_front_of(server, FaultRates { fail: 0.1, ..FaultRates::default() });
-//! proxy.configure(&mut run);                 // the same, through the proxy
+//! configure_s3(&mut run, proxy.endpoint());  // the same, through the proxy
 //! ```
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use super::{python, repo};
+use super::http::{
+    agent, configure_child, download_each, expect_status, hmac_sha256, no_proxy, send, unique_name,
+    uri_encode, xml_elements, xml_unescape, HttpResponse,
+};
+use super::process::{
+    bare_port, port_after, started_by_a_parked_thread, wait_until_answering, LoopbackChild,
+};
+use super::{python, repo, TestBucket};
 
 /// The credentials the tests sign with; moto accepts any.
 pub const S3_ACCESS_KEY: &str = "test";
 pub const S3_SECRET_KEY: &str = "test";
 pub const S3_REGION: &str = "us-east-1";
-
-/// How long a server or proxy may take to say its port, then to answer:
-/// generous, since two cores may be busy building or running other tests.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Lines of a child's output kept for a panic message.
-const TAIL_LINES: usize = 200;
-
-/// The last lines a child wrote, for panic messages.
-#[derive(Clone, Default)]
-pub struct OutputTail(Arc<Mutex<VecDeque<String>>>);
-
-impl OutputTail {
-    fn push(&self, line: String) {
-        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if lines.len() == TAIL_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line);
-    }
-
-    pub fn text(&self) -> String {
-        let lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        lines.iter().cloned().collect::<Vec<_>>().join("\n")
-    }
-}
-
-/// Reads `stream` to its end on a thread of its own (so the child never
-/// blocks on a full pipe: moto logs every request), keeping the tail, and
-/// sends the first port `find_port` sees in a line.
-fn drain(
-    stream: impl Read + Send + 'static,
-    tail: OutputTail,
-    find_port: fn(&str) -> Option<u16>,
-    port: SyncSender<u16>,
-) {
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stream);
-        let mut line = Vec::new();
-        let mut sent = false;
-        while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-            let text = String::from_utf8_lossy(&line).trim_end().to_string();
-            if !sent {
-                if let Some(p) = find_port(&text) {
-                    sent = port.send(p).is_ok();
-                }
-            }
-            tail.push(text);
-            line.clear();
-        }
-    });
-}
-
-/// Werkzeug's "Running on http://127.0.0.1:PORT" (with colour codes around).
-fn werkzeug_port(line: &str) -> Option<u16> {
-    let at = line.find("Running on http://127.0.0.1:")? + "Running on http://127.0.0.1:".len();
-    let digits: String = line[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// The proxy's first stdout line: its port alone.
-pub(super) fn bare_port(line: &str) -> Option<u16> {
-    line.trim().parse().ok()
-}
-
-/// A child process on loopback, killed and reaped on drop (the GCS
-/// emulator's harness, `gcs.rs`, uses it too).
-pub(super) struct LoopbackChild {
-    child: Child,
-    pub(super) port: u16,
-    pub(super) stderr: OutputTail,
-}
-
-impl LoopbackChild {
-    /// Spawns `command` (stdout and stderr piped), and waits for the port
-    /// that `find_port` reads from stdout or stderr; panics naming `what`
-    /// with the child's output when none comes in time.
-    pub(super) fn spawn(
-        what: &str,
-        mut command: Command,
-        find_port: fn(&str) -> Option<u16>,
-    ) -> Self {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SAFETY: prctl is async-signal-safe and touches no memory of ours.
-        // The child dies with the thread that spawned it, so a killed test
-        // process leaves no server behind (Drop covers the normal ends).
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {what} ({command:?}): {e}"));
-        let (tx, rx) = sync_channel(2);
-        let stdout = OutputTail::default();
-        let stderr = OutputTail::default();
-        drain(
-            child.stdout.take().unwrap(),
-            stdout.clone(),
-            find_port,
-            tx.clone(),
-        );
-        drain(child.stderr.take().unwrap(), stderr.clone(), find_port, tx);
-        let port = wait_for_port(what, &mut child, &rx, &stdout, &stderr);
-        Self {
-            child,
-            port,
-            stderr,
-        }
-    }
-
-    pub(super) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-fn wait_for_port(
-    what: &str,
-    child: &mut Child,
-    rx: &Receiver<u16>,
-    stdout: &OutputTail,
-    stderr: &OutputTail,
-) -> u16 {
-    match rx.recv_timeout(START_TIMEOUT) {
-        Ok(port) => port,
-        Err(e) => {
-            let _ = child.kill();
-            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            panic!(
-                "{what} did not say its port ({e:?}; {status}); `just test-deps` installs \
-                 tools/requirements-test.txt into the venv.\nstdout:\n{}\nstderr:\n{}",
-                stdout.text(),
-                stderr.text()
-            )
-        }
-    }
-}
-
-impl Drop for LoopbackChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Polls `GET url` until any HTTP answer, within `START_TIMEOUT`.
-pub(super) fn wait_until_answering(what: &str, url: &str, stderr: &OutputTail) {
-    let agent = agent();
-    let started = Instant::now();
-    while started.elapsed() < START_TIMEOUT {
-        if agent.get(url).call().is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!(
-        "{what} at {url} did not answer within {START_TIMEOUT:?}; stderr:\n{}",
-        stderr.text()
-    );
-}
 
 /// moto's S3 server on a loopback port it picked itself (no race for a
 /// free port), until dropped.
@@ -228,6 +61,8 @@ impl S3Server {
     pub fn start_with(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Self {
         let mut command = Command::new(program);
         command.args(args).env("PYTHONUNBUFFERED", "1");
+        // Werkzeug's "Running on http://127.0.0.1:PORT" (with colour codes around).
+        let werkzeug_port = |line: &str| port_after(line, "Running on http://127.0.0.1:");
         let process = LoopbackChild::spawn("moto's S3 server", command, werkzeug_port);
         let client = S3Client::new(process.port);
         wait_until_answering("moto's S3 server", &client.endpoint, &process.stderr);
@@ -243,17 +78,8 @@ impl S3Server {
         SHARED.get_or_init(|| started_by_a_parked_thread("s3-server-owner", S3Server::start))
     }
 
-    pub fn port(&self) -> u16 {
-        self.process.port
-    }
-
     pub fn pid(&self) -> u32 {
         self.process.pid()
-    }
-
-    /// `http://127.0.0.1:PORT`
-    pub fn endpoint(&self) -> &str {
-        &self.client.endpoint
     }
 
     /// The server's log (moto logs one line per request), its last lines.
@@ -278,20 +104,7 @@ impl S3Server {
 
     /// A new empty bucket named after `hint`, unique in this process.
     pub fn unique_bucket(&self, hint: &str) -> String {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut name: String = hint
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .take(40)
-            .collect();
-        name = format!("{}-{}-{n}", name.trim_matches('-'), std::process::id());
+        let name = unique_name(hint);
         self.create_bucket(&name);
         name
     }
@@ -299,43 +112,66 @@ impl S3Server {
     pub fn create_bucket(&self, bucket: &str) {
         self.client.create_bucket(bucket)
     }
+}
 
-    pub fn put(&self, bucket: &str, key: &str, body: &[u8]) {
+/// The server's bucket operations (put, get, list, ...) are
+/// [`TestBucket`]'s.
+impl TestBucket for S3Server {
+    fn scheme(&self) -> &'static str {
+        "s3"
+    }
+
+    fn port(&self) -> u16 {
+        self.process.port
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.client.endpoint
+    }
+
+    fn unique_container(&self, hint: &str) -> String {
+        self.unique_bucket(hint)
+    }
+
+    fn put(&self, bucket: &str, key: &str, body: &[u8]) {
         self.client.put(bucket, key, body)
     }
 
-    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
+    fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
         self.client.get(bucket, key)
     }
 
-    /// Every key under `prefix`, in the server's (lexicographic) order.
-    pub fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
+    fn try_get(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        let path = format!("/{bucket}/{key}");
+        let got = self.client.request("GET", &path, &[], &[], b"");
+        got.ok().filter(|r| r.status == 200).map(|r| r.body)
+    }
+
+    fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
         self.client.list(bucket, prefix)
+    }
+
+    fn configure<'a>(&self, command: &'a mut Command, endpoint: &str) -> &'a mut Command {
+        configure_s3(command, endpoint)
+    }
+
+    fn store_options(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("aws_endpoint", self.endpoint().to_string()),
+            ("aws_access_key_id", S3_ACCESS_KEY.to_string()),
+            ("aws_secret_access_key", S3_SECRET_KEY.to_string()),
+            ("aws_region", S3_REGION.to_string()),
+            ("aws_allow_http", "true".to_string()),
+        ]
+    }
+
+    fn leak_markers(&self) -> &'static [&'static str] {
+        &["secret"]
     }
 }
 
 /// The variables segpredict's object store reads (object_store's
 /// `AmazonS3Builder::from_env`), for `endpoint`.
-/// `start()`'s server, started on a thread that then parks for the rest of
-/// the process, so a child tied to its spawning thread's life
-/// (PR_SET_PDEATHSIG) lives as long as the test process.
-pub(super) fn started_by_a_parked_thread<T: Send + 'static>(name: &str, start: fn() -> T) -> T {
-    let (tx, rx) = sync_channel(1);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            let _ = tx.send(std::panic::catch_unwind(start));
-            loop {
-                std::thread::park();
-            }
-        })
-        .expect("spawning a server's owner thread");
-    match rx.recv().expect("a server's owner thread") {
-        Ok(server) => server,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
-}
-
 pub fn s3_env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
         ("AWS_ENDPOINT_URL", endpoint.to_string()),
@@ -346,9 +182,10 @@ pub fn s3_env(endpoint: &str) -> Vec<(&'static str, String)> {
         ("AWS_ALLOW_HTTP", "true".to_string()),
         // No instance-metadata lookups, and loopback never through a proxy.
         ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
-        ("NO_PROXY", "127.0.0.1,localhost".to_string()),
-        ("no_proxy", "127.0.0.1,localhost".to_string()),
     ]
+    .into_iter()
+    .chain(no_proxy())
+    .collect()
 }
 
 /// Variables of the developer's own AWS set-up that would change which
@@ -366,13 +203,7 @@ const FOREIGN_AWS_VARS: [&str; 7] = [
 /// Points `command` at the S3 endpoint `endpoint` ([`s3_env`]), with none
 /// of the developer's own AWS set-up or proxies left to redirect it.
 pub fn configure_s3<'a>(command: &'a mut Command, endpoint: &str) -> &'a mut Command {
-    for var in FOREIGN_AWS_VARS {
-        command.env_remove(var);
-    }
-    for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-        command.env_remove(var);
-    }
-    command.envs(s3_env(endpoint))
+    configure_child(command, &FOREIGN_AWS_VARS, s3_env(endpoint))
 }
 
 /// Fault rates for [`FaultProxy`]: each a share of requests (together at
@@ -507,14 +338,6 @@ impl FaultProxy {
         &self.client
     }
 
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        s3_env(self.endpoint())
-    }
-
-    pub fn configure<'a>(&self, command: &'a mut Command) -> &'a mut Command {
-        configure_s3(command, self.endpoint())
-    }
-
     fn control_url(&self, what: &str) -> String {
         format!("{}/__proxy/{what}", self.client.endpoint)
     }
@@ -567,53 +390,6 @@ impl FaultProxy {
     }
 }
 
-/// A loopback agent: HTTP errors are answers, not errors; no proxy from
-/// the environment; no pooled connections, so one call is one connection
-/// and a reset or a stall shows in the call that met it.
-/// A response's whole body, however long.
-pub(super) fn whole_body(
-    response: &mut ureq::http::Response<ureq::Body>,
-) -> Result<Vec<u8>, ureq::Error> {
-    response
-        .body_mut()
-        .with_config()
-        .limit(u64::MAX)
-        .read_to_vec()
-}
-
-pub(super) fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .max_idle_connections(0)
-        .max_idle_connections_per_host(0)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .new_agent()
-}
-
-/// One answer: status, headers (names lowercased), body.
-#[derive(Debug)]
-pub struct S3Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl S3Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
 /// A listed object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct S3Object {
@@ -651,7 +427,7 @@ impl S3Client {
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<S3Response, ureq::Error> {
+    ) -> Result<HttpResponse, ureq::Error> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         let request = SignedRequest {
             method,
@@ -671,24 +447,7 @@ impl S3Client {
         for (name, value) in request.headers_to_send(S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION) {
             builder = builder.header(name, value);
         }
-        let mut response = self.agent.run(builder.body(body.to_vec()).unwrap())?;
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let status = response.status().as_u16();
-        let body = whole_body(&mut response)?;
-        Ok(S3Response {
-            status,
-            headers,
-            body,
-        })
+        send(&self.agent, builder, body)
     }
 
     /// `request` that must reach the server and be answered `expected`.
@@ -699,18 +458,9 @@ impl S3Client {
         path: &str,
         query: &[(&str, &str)],
         body: &[u8],
-    ) -> S3Response {
-        let response = self
-            .request(method, path, query, &[], body)
-            .unwrap_or_else(|e| panic!("{method} {path} on {}: {e}", self.endpoint));
-        assert_eq!(
-            response.status,
-            expected,
-            "{method} {path} on {}: {}",
-            self.endpoint,
-            response.text()
-        );
-        response
+    ) -> HttpResponse {
+        let answer = self.request(method, path, query, &[], body);
+        expect_status(answer, expected, method, path, &self.endpoint)
     }
 
     pub fn create_bucket(&self, bucket: &str) {
@@ -733,15 +483,9 @@ impl S3Client {
     /// Every object under `prefix` into `dir`, at its key less `prefix`
     /// (so `read_output(dir)` reads an output prefix); the paths written.
     pub fn download(&self, bucket: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
-        let mut written = Vec::new();
-        for object in self.list_objects(bucket, prefix, 1000) {
-            let relative = object.key[prefix.len()..].trim_start_matches('/');
-            let path = dir.join(relative);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, self.get(bucket, &object.key)).unwrap();
-            written.push(path);
-        }
-        written
+        download_each(self.list(bucket, prefix), prefix, dir, |key| {
+            self.get(bucket, key)
+        })
     }
 
     /// Uploads the file at `path` under `key`.
@@ -792,29 +536,6 @@ impl S3Client {
             }
         }
     }
-}
-
-/// The text inside each `<name>…</name>` in `xml` (no nesting of `name`).
-pub(super) fn xml_elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
-    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
-    let mut found = Vec::new();
-    let mut rest = xml;
-    while let Some(start) = rest.find(&open) {
-        let after = &rest[start + open.len()..];
-        let end = after.find(&close).expect("a closing tag");
-        found.push(&after[..end]);
-        rest = &after[end + close.len()..];
-    }
-    found
-}
-
-pub(super) fn xml_unescape(text: &str) -> String {
-    text.replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&#13;", "\r")
-        .replace("&amp;", "&")
 }
 
 /// A request's parts as AWS Signature Version 4 signs them.
@@ -904,42 +625,6 @@ fn query_string(query: &[(&str, &str)]) -> String {
     } else {
         format!("?{}", canonical_query(query))
     }
-}
-
-/// SigV4's URI encoding: unreserved characters kept, `/` kept in a path.
-pub fn uri_encode(text: &str, encode_slash: bool) -> String {
-    let mut out = String::new();
-    for byte in text.bytes() {
-        let keep = byte.is_ascii_alphanumeric()
-            || b"-_.~".contains(&byte)
-            || (byte == b'/' && !encode_slash);
-        if keep {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-/// HMAC (RFC 2104) over SHA-256, with its 64-byte block.
-pub(super) fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
-    let mut block = [0u8; 64];
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .to_vec()
 }
 
 fn hex(bytes: &[u8]) -> String {
