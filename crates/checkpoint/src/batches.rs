@@ -209,32 +209,45 @@ pub fn records_of(batch: &RecordBatch, location: &str) -> Result<Vec<BatchRecord
 /// Rows per record batch while reading batch files back.
 const READ_BATCH_ROWS: usize = 16 * 1024;
 
-/// Adds the records of committed batch files to `totals`, a record batch
-/// at a time.
+/// Adds committed batch files to `totals`: the totals their commit
+/// records carry, or, for a file whose record has none (written before
+/// they were carried), its records read back a record batch at a time.
 pub fn add_batch_files(
     store: &dyn Store,
     files: &[FileEntry],
     totals: &mut BatchTotals,
 ) -> Result<(), FileError> {
     for file in files {
-        let location = store.locate(&file.key);
-        let parquet_error = |source| FileError::Parquet {
+        match &file.batch_totals {
+            Some(carried) => totals.merge(carried),
+            None => add_records_read_back(store, file, totals)?,
+        }
+    }
+    Ok(())
+}
+
+fn add_records_read_back(
+    store: &dyn Store,
+    file: &FileEntry,
+    totals: &mut BatchTotals,
+) -> Result<(), FileError> {
+    let location = store.locate(&file.key);
+    let parquet_error = |source| FileError::Parquet {
+        location: location.clone(),
+        source,
+    };
+    let bytes = read_verified(store, file)?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
+        .map_err(parquet_error)?;
+    for batch in reader {
+        let batch = batch.map_err(|source| FileError::Arrow {
             location: location.clone(),
             source,
-        };
-        let bytes = read_verified(store, file)?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| b.with_batch_size(READ_BATCH_ROWS).build())
-            .map_err(parquet_error)?;
-        for batch in reader {
-            let batch = batch.map_err(|source| FileError::Arrow {
-                location: location.clone(),
-                source,
-            })?;
-            records_of(&batch, &location)?
-                .iter()
-                .for_each(|r| totals.add(r));
-        }
+        })?;
+        records_of(&batch, &location)?
+            .iter()
+            .for_each(|r| totals.add(r));
     }
     Ok(())
 }

@@ -808,6 +808,7 @@ mod tests {
                 file: 0,
                 ranges: rows.to_vec(),
             }],
+            batch_totals: None,
         };
         store.put(&first.layout.part(0, 1), b"").unwrap();
         store.put(&first.layout.rejects_part(0, 1), b"").unwrap();

@@ -89,6 +89,7 @@ impl Written {
             rows: self.rows,
             sha256: self.sha256,
             covers: self.coverage.into_covered(),
+            batch_totals: None,
         }
     }
 }

@@ -21,6 +21,7 @@ use segpredict_core::done::{DoneError, DoneSet, Finished};
 use segpredict_core::exit::{Classify, Failure};
 use segpredict_core::message::Origin;
 use segpredict_core::shard::ShardSpec;
+use segpredict_core::stats::BatchTotals;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::ShardDone;
@@ -51,7 +52,7 @@ pub struct Covered {
 }
 
 /// A data file a record makes visible.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileEntry {
     /// The file's key, relative to the output location.
     pub key: String,
@@ -68,6 +69,12 @@ pub struct FileEntry {
     /// batch records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub covers: Vec<Covered>,
+    /// A batch-record file's totals, so a resume adds the earlier
+    /// attempts' batches to its report from the log alone, without reading
+    /// each file back (absent for other kinds, and in records written
+    /// before they were carried: such a file is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_totals: Option<BatchTotals>,
 }
 
 /// One record of a shard's log.
@@ -563,6 +570,7 @@ mod tests {
                 file: 0,
                 ranges: vec![rows.start, rows.end],
             }],
+            batch_totals: None,
         }
     }
 

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::record::{BatchRecord, FlushReason, MemoryStats};
 
 /// Smallest value a [`LogHistogram`] tells apart from zero, in ms.
@@ -22,7 +24,10 @@ const HISTOGRAM_BUCKETS: usize = 1200;
 /// mergeable (counts add) across attempts and shards. A reservoir sample
 /// would be as small but random (two reports of one run would differ) and
 /// could not be merged exactly; an exact quantile needs every value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serialized sparse (`[[bucket, count], ...]`, the non-empty buckets), as
+/// a commit record carries one per batch-record file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "SparseHistogram", try_from = "SparseHistogram")]
 pub struct LogHistogram {
     counts: Vec<u64>,
     total: u64,
@@ -94,10 +99,40 @@ impl LogHistogram {
     }
 }
 
+/// A [`LogHistogram`]'s non-empty buckets, in bucket order: its form in
+/// JSON, a few dozen pairs where the dense form is 1,201 numbers.
+#[derive(Serialize, Deserialize)]
+struct SparseHistogram(Vec<(usize, u64)>);
+
+impl From<LogHistogram> for SparseHistogram {
+    fn from(h: LogHistogram) -> Self {
+        let filled = h.counts.iter().enumerate().filter(|(_, &c)| c > 0);
+        SparseHistogram(filled.map(|(i, &c)| (i, c)).collect())
+    }
+}
+
+impl TryFrom<SparseHistogram> for LogHistogram {
+    type Error = String;
+
+    fn try_from(sparse: SparseHistogram) -> Result<Self, String> {
+        let mut h = LogHistogram::default();
+        for (bucket, count) in sparse.0 {
+            let slot = h
+                .counts
+                .get_mut(bucket)
+                .ok_or_else(|| format!("histogram bucket {bucket} > {HISTOGRAM_BUCKETS}"))?;
+            *slot += count;
+            h.total += count;
+        }
+        Ok(h)
+    }
+}
+
 /// Totals over batch records that do not depend on their order, so the
-/// records of several attempts (read back from their files) and shards
-/// add up.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// records of several attempts (read back from their files, or carried in
+/// their commit records) and shards add up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BatchTotals {
     /// Batches run.
     pub batches: u64,
@@ -150,6 +185,17 @@ impl BatchTotals {
         self.device_ms += other.device_ms;
         self.wall_ms_histogram.merge(&other.wall_ms_histogram);
         self.device_ms_histogram.merge(&other.device_ms_histogram);
+    }
+
+    /// Adds totals of the same attempt's clock (another file of one
+    /// writer's records, say): as [`BatchTotals::merge_counts`], and the
+    /// earliest queueing is the earlier of the two.
+    pub fn merge(&mut self, other: &BatchTotals) {
+        self.merge_counts(other);
+        self.first_queued_ms = match (self.first_queued_ms, other.first_queued_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -306,6 +352,36 @@ mod tests {
         assert_eq!(both.batches, 6);
         assert_eq!(both.wall_ms_histogram.count(), 6);
         assert_eq!(both.first_queued_ms, Some(6.0));
+    }
+
+    #[test]
+    fn totals_through_json_and_merged_equal_the_records_added_one_by_one() {
+        let (mut whole, mut halves) = (BatchTotals::default(), Vec::new());
+        for half in [0..40u64, 40..100] {
+            let mut totals = BatchTotals::default();
+            for seq in half {
+                let mut r = record(seq, 0.5 + seq as f64 * 3.1);
+                r.device_ms = (seq % 3 == 0).then_some(seq as f64 * 0.7);
+                totals.add(&r);
+                whole.add(&r);
+            }
+            halves.push(totals);
+        }
+        let json = serde_json::to_string(&halves).unwrap();
+        // Sparse: far below the 2 x 1,201 numbers of two dense histograms.
+        assert!(json.len() < 4096, "{} bytes", json.len());
+        let back: Vec<BatchTotals> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, halves);
+        let mut merged = BatchTotals::default();
+        back.iter().for_each(|t| merged.merge(t));
+        assert_eq!(merged.first_queued_ms, whole.first_queued_ms);
+        assert_eq!(merged.wall_ms_histogram, whole.wall_ms_histogram);
+        assert_eq!(merged.device_ms_histogram, whole.device_ms_histogram);
+        assert_eq!(merged.batches, whole.batches);
+        assert!((merged.device_ms - whole.device_ms).abs() < 1e-9);
+        let bad = r#"{"wall_ms_histogram": [[1201, 1]]}"#;
+        let e = serde_json::from_str::<BatchTotals>(bad).unwrap_err();
+        assert!(e.to_string().contains("bucket 1201"), "{e}");
     }
 
     #[test]

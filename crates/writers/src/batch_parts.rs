@@ -8,6 +8,7 @@ use segpredict_checkpoint::layout::AttemptNames;
 use segpredict_checkpoint::store::Store;
 use segpredict_checkpoint::{CommittingParquet, FileEntry, FileError, FileKind};
 use segpredict_core::message::BatchRecord;
+use segpredict_core::stats::BatchTotals;
 
 use crate::WriterError;
 
@@ -20,6 +21,8 @@ pub struct BatchPart {
     file: CommittingParquet,
     names: AttemptNames,
     pending: Vec<BatchRecord>,
+    /// Of every record written, carried in the file's commit record.
+    totals: BatchTotals,
 }
 
 impl BatchPart {
@@ -29,10 +32,12 @@ impl BatchPart {
             file: CommittingParquet::create(store, key, batches_schema(), props)?,
             names,
             pending: Vec::with_capacity(PENDING_RECORDS),
+            totals: BatchTotals::default(),
         })
     }
 
     pub fn write(&mut self, record: BatchRecord) -> Result<(), WriterError> {
+        self.totals.add(&record);
         self.pending.push(record);
         match self.pending.len() >= PENDING_RECORDS {
             true => self.flush(),
@@ -57,7 +62,9 @@ impl BatchPart {
 
     pub fn commit(mut self) -> Result<FileEntry, WriterError> {
         self.flush()?;
-        Ok(self.file.commit()?.entry(FileKind::Batches))
+        let mut entry = self.file.commit()?.entry(FileKind::Batches);
+        entry.batch_totals = Some(self.totals);
+        Ok(entry)
     }
 }
 
@@ -133,8 +140,19 @@ mod tests {
         }
         assert_eq!(read, records);
 
+        // The totals the commit record carries are those of the records
+        // read back, which a record without them (an older log) costs.
+        let carried = entry.batch_totals.clone().expect("carried totals");
+        let without = FileEntry {
+            batch_totals: None,
+            ..entry.clone()
+        };
+        let mut read_back = BatchTotals::default();
+        add_batch_files(&store, std::slice::from_ref(&without), &mut read_back).unwrap();
+        assert_eq!(read_back, carried);
         let mut totals = BatchTotals::default();
         add_batch_files(&store, std::slice::from_ref(&entry), &mut totals).unwrap();
+        assert_eq!(totals, carried);
         assert_eq!(totals.batches, 600);
         assert_eq!(totals.device_ms_histogram.count(), 300);
 
@@ -146,7 +164,7 @@ mod tests {
         assert_eq!(merge_batches(&store, &[], dest).unwrap(), 0);
         // A committed file changed since its record: refused, naming it.
         std::fs::write(dir.path().join(&committed), b"not what was committed").unwrap();
-        let e = add_batch_files(&store, &[entry], &mut totals).unwrap_err();
+        let e = add_batch_files(&store, &[without], &mut totals).unwrap_err();
         assert!(e.to_string().contains("batches-1.parquet"), "{e}");
     }
 }
