@@ -508,3 +508,101 @@ fn the_readme_fits_one_screen() {
         "README.md has {screen} lines before \"Where next\"; one screen is {README_SCREEN_LINES}"
     );
 }
+
+/// A code span that names a test: `module::test_name` (a function of
+/// `tests/module.rs`) or `file::tests::test_name` (a unit test in a
+/// `file.rs` under crates/ or src/). Other paths (`std::thread::scope`,
+/// `pipeline::run`) are not test names and are passed over.
+fn named_test(span: &str) -> Option<(PathBuf, String)> {
+    let parts: Vec<&str> = span.split("::").collect();
+    let snake = |p: &&str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    if parts.len() < 2 || !parts.iter().all(snake) {
+        return None;
+    }
+    let name = parts[parts.len() - 1].to_string();
+    if let [module, _] = parts[..] {
+        let file = root().join("tests").join(format!("{module}.rs"));
+        return file.is_file().then_some((file, name));
+    }
+    let at = parts.iter().position(|p| *p == "tests")?;
+    let file = parts.get(at.checked_sub(1)?)?;
+    Some((PathBuf::from(format!("{file}.rs")), name))
+}
+
+/// Rust files under `dir` (target/ aside) whose file name is `name`.
+fn rust_files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for path in entries.map(|e| e.expect("a directory entry").path()) {
+        if path.is_dir() && !path.ends_with("target") {
+            found.extend(rust_files_named(&path, name));
+        } else if path.file_name().is_some_and(|f| f == name) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Test names in `code` (a document's code spans) that name no function:
+/// an invariant naming a renamed or deleted test proves nothing.
+fn stale_test_names(code: &[String]) -> Vec<String> {
+    let defines = |file: &Path, name: &str| {
+        std::fs::read_to_string(file).is_ok_and(|t| t.contains(&format!("fn {name}(")))
+    };
+    let mut stale = Vec::new();
+    for span in code {
+        let Some((file, name)) = named_test(span.trim()) else {
+            continue;
+        };
+        let found = match file.is_absolute() {
+            true => defines(&file, &name),
+            false => ["crates", "src"]
+                .iter()
+                .flat_map(|d| rust_files_named(&root().join(d), &file.to_string_lossy()))
+                .any(|f| defines(&f, &name)),
+        };
+        if !found {
+            stale.push(span.trim().to_string());
+        }
+    }
+    stale
+}
+
+#[test]
+fn every_test_the_docs_and_architecture_name_exists() {
+    let mut paths = vec![root().join("ARCHITECTURE.md")];
+    paths.extend(markdown_under(&root().join("benches")));
+    let mut docs = docs();
+    docs.extend(paths.into_iter().map(|path| {
+        let text = std::fs::read_to_string(&path).unwrap();
+        Doc::new(path, text)
+    }));
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for doc in &docs {
+        checked += doc
+            .code
+            .iter()
+            .filter(|s| named_test(s.trim()).is_some())
+            .count();
+        for name in stale_test_names(&doc.code) {
+            problems.push(format!("{}: `{name}` names no test", doc.name()));
+        }
+    }
+    assert!(
+        checked >= 40,
+        "only {checked} test names found: the check sees nothing"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // And it can fail: a renamed test and a unit test that is gone.
+    let stale = ["resume::no_such_test", "stats::tests::no_such_test"].map(String::from);
+    assert_eq!(stale_test_names(&stale), stale);
+    let real = ["stats::tests::quantiles_are_within_one_percent_and_merge_exactly"];
+    assert!(stale_test_names(&real.map(String::from)).is_empty());
+}

@@ -111,16 +111,23 @@ impl From<LogHistogram> for SparseHistogram {
     }
 }
 
-impl TryFrom<SparseHistogram> for LogHistogram {
-    type Error = String;
+/// A serialized histogram's bucket past the last one.
+#[derive(Debug, thiserror::Error)]
+#[error("histogram bucket {bucket} > {HISTOGRAM_BUCKETS}, the last")]
+pub struct BucketOutOfRange {
+    bucket: usize,
+}
 
-    fn try_from(sparse: SparseHistogram) -> Result<Self, String> {
+impl TryFrom<SparseHistogram> for LogHistogram {
+    type Error = BucketOutOfRange;
+
+    fn try_from(sparse: SparseHistogram) -> Result<Self, BucketOutOfRange> {
         let mut h = LogHistogram::default();
         for (bucket, count) in sparse.0 {
             let slot = h
                 .counts
                 .get_mut(bucket)
-                .ok_or_else(|| format!("histogram bucket {bucket} > {HISTOGRAM_BUCKETS}"))?;
+                .ok_or(BucketOutOfRange { bucket })?;
             *slot += count;
             h.total += count;
         }
