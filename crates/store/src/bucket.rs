@@ -29,6 +29,7 @@ use futures::TryStreamExt;
 use segpredict_storage::object_store::path::Path as ObjectPath;
 use segpredict_storage::object_store::{
     self, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+    WriteMultipart,
 };
 use segpredict_storage::{block_on, ObjectUrl};
 use serde::{Deserialize, Serialize};
@@ -179,14 +180,11 @@ impl Store for BucketStore {
     }
 
     fn upload(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
-        Ok(Box::new(BucketUpload {
-            store: self.url.store().clone(),
-            path: self.key(key),
-            location: self.locate(key),
-            buffer: Vec::new(),
-            multipart: None,
-            in_flight: std::collections::VecDeque::new(),
-        }))
+        Ok(Box::new(BucketUpload::new(
+            self.url.store().clone(),
+            self.key(key),
+            self.locate(key),
+        )))
     }
 
     fn holder(&self, key: &str) -> Result<Option<Holder>, StoreError> {
@@ -528,18 +526,32 @@ impl Drop for LeaseLock {
 }
 
 /// A streamed object: buffered up to one part; one put if it never grows
-/// past it, else a multipart upload completed by [`Upload::finish`] and
-/// aborted when dropped unfinished.
+/// past it, else object_store's [`WriteMultipart`] (parts of
+/// [`PART_BYTES`], at most [`PARTS_IN_FLIGHT`] uploading), completed by
+/// [`Upload::finish`] and aborted when dropped unfinished.
 struct BucketUpload {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
     location: String,
-    buffer: Vec<u8>,
-    multipart: Option<Box<dyn object_store::MultipartUpload>>,
-    in_flight: std::collections::VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
+    sending: Sending,
+}
+
+/// Where an upload's bytes are: still in memory, or streaming as parts.
+enum Sending {
+    Buffered(Vec<u8>),
+    Parts(WriteMultipart),
 }
 
 impl BucketUpload {
+    fn new(store: Arc<dyn ObjectStore>, path: ObjectPath, location: String) -> Self {
+        Self {
+            store,
+            path,
+            location,
+            sending: Sending::Buffered(Vec::new()),
+        }
+    }
+
     fn error(&self, source: object_store::Error) -> StoreError {
         StoreError {
             op: "uploading",
@@ -548,66 +560,46 @@ impl BucketUpload {
         }
     }
 
-    /// Sends the buffer as the next part, waiting while too many are out.
-    fn send_part(&mut self) -> object_store::Result<()> {
-        if self.multipart.is_none() {
-            // A new upload each try: one whose answer was lost stays
-            // incomplete and invisible.
-            self.multipart = Some(retried(|| block_on(self.store.put_multipart(&self.path)))?);
-        }
-        let part = PutPayload::from(std::mem::take(&mut self.buffer));
-        if let Some(upload) = self.multipart.as_mut() {
-            let sending = upload.put_part(part);
-            self.in_flight
-                .push_back(segpredict_storage::runtime().spawn(sending));
-        }
-        while self.in_flight.len() > PARTS_IN_FLIGHT {
-            self.wait_oldest()?;
-        }
+    /// The buffer outgrew one part: from here on it streams as a multipart
+    /// upload. A new upload each try: one whose answer was lost stays
+    /// incomplete and invisible.
+    fn start_parts(&mut self, buffered: &[u8]) -> object_store::Result<()> {
+        let upload = retried(|| block_on(self.store.put_multipart(&self.path)))?;
+        let mut parts = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        segpredict_storage::runtime().block_on(async { parts.write(buffered) });
+        self.sending = Sending::Parts(parts);
         Ok(())
     }
 
-    fn wait_oldest(&mut self) -> object_store::Result<()> {
-        match self.in_flight.pop_front() {
-            Some(part) => {
-                block_on(part).map_err(|e| object_store::Error::JoinError { source: e })?
-            }
-            None => Ok(()),
-        }
-    }
-
     fn complete(&mut self) -> object_store::Result<()> {
-        let Some(mut upload) = self.multipart.take() else {
-            let whole = PutPayload::from(std::mem::take(&mut self.buffer));
-            return block_on(self.store.put(&self.path, whole)).map(drop);
-        };
-        self.multipart = None;
-        if !self.buffer.is_empty() {
-            let last = PutPayload::from(std::mem::take(&mut self.buffer));
-            self.in_flight
-                .push_back(segpredict_storage::runtime().spawn(upload.put_part(last)));
-        }
-        while !self.in_flight.is_empty() {
-            if let Err(e) = self.wait_oldest() {
-                let _ = block_on(upload.abort());
-                return Err(e);
+        match std::mem::replace(&mut self.sending, Sending::Buffered(Vec::new())) {
+            Sending::Buffered(whole) => {
+                block_on(self.store.put(&self.path, PutPayload::from(whole))).map(drop)
             }
-        }
-        match block_on(upload.complete()) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let _ = block_on(upload.abort());
-                Err(e)
-            }
+            // finish aborts the upload itself when a part or the completion fails.
+            Sending::Parts(parts) => block_on(parts.finish()).map(drop),
         }
     }
 }
 
 impl std::io::Write for BucketUpload {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.buffer.extend_from_slice(buf);
-        if self.buffer.len() >= PART_BYTES {
-            self.send_part().map_err(io_error)?;
+        match &mut self.sending {
+            Sending::Buffered(buffer) => {
+                buffer.extend_from_slice(buf);
+                if buffer.len() >= PART_BYTES {
+                    let buffered = std::mem::take(buffer);
+                    self.start_parts(&buffered).map_err(io_error)?;
+                }
+            }
+            // Waits while too many parts are out (an upload's memory is
+            // bounded); write spawns the next part on the runtime.
+            Sending::Parts(parts) => block_on(async {
+                parts.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                parts.write(buf);
+                Ok::<_, object_store::Error>(())
+            })
+            .map_err(io_error)?,
         }
         Ok(buf.len())
     }
@@ -628,11 +620,9 @@ impl Drop for BucketUpload {
         // Unfinished: the parts sent are discarded, nothing under the key.
         // (A process killed here leaves an incomplete upload, invisible and
         // billed until the bucket's AbortIncompleteMultipartUpload rule.)
-        if let Some(mut upload) = self.multipart.take() {
-            for part in self.in_flight.drain(..) {
-                part.abort();
-            }
-            if let Err(error) = block_on(upload.abort()) {
+        let sending = std::mem::replace(&mut self.sending, Sending::Buffered(Vec::new()));
+        if let Sending::Parts(parts) = sending {
+            if let Err(error) = block_on(parts.abort()) {
                 tracing::warn!(upload = %self.location, %error, "aborting an unfinished upload");
             }
         }
