@@ -24,10 +24,12 @@ fi
 export VIRTUAL_ENV=${VIRTUAL_ENV:-$ROOT/.venv}
 mkdir -p "$OUT/kill-loop-logs"
 md=$OUT/kill-loop.md
+# Before the results file is opened: rewriting it would count as a change.
+provenance=$(python3 "$ROOT/benches/provenance.py" 2>/dev/null || git -C "$ROOT" describe --always --dirty)
 {
   echo "# The random-kill S3 test, $RUNS runs in a row"
   echo
-  python3 "$ROOT/benches/provenance.py" 2>/dev/null || git -C "$ROOT" describe --always --dirty
+  echo "$provenance"
   echo
   echo "Test: \`$TEST\` (three trials a run: kill -9 at a random moment, rerun, output checked against the uninterrupted run; a watcher lists the bucket throughout and fails the test on any object not whole under a final name)."
   echo
