@@ -83,16 +83,21 @@ fn reordered(rows: &[u64]) -> bool {
     rows.windows(2).any(|w| w[0] > w[1])
 }
 
+/// A pipeline carrying [`CARRIED`] into `dir/out` in small batches, so
+/// rows leave their buckets far from file order.
+fn carrying_in_small_batches(input: &Path, dir: &Path) -> Pipeline {
+    let mut pipeline = Pipeline::new(input, dir.join("out"));
+    pipeline.max_segments = 64;
+    pipeline.max_rows = 16;
+    pipeline.writers_extra.push(carry_line(&CARRIED));
+    pipeline
+}
+
 #[test]
 fn carried_columns_equal_their_input_rows_after_bucketing_reorders_them() {
     let dir = tmp();
     let input = carry_input(dir.path());
-    let mut pipeline = Pipeline::new(&input, dir.path().join("out"));
-    // Small batches: rows leave their buckets far from file order.
-    pipeline.max_segments = 64;
-    pipeline.max_rows = 16;
-    pipeline.writers_extra.push(carry_line(&CARRIED));
-    let run = pipeline.run(&[]);
+    let run = carrying_in_small_batches(&input, dir.path()).run(&[]);
     run.expect_code(0);
     let rows = assert_carried(&run.out_dir, &input, &CARRIED);
     assert_eq!(rows.len(), SAMPLE_ROWS);
@@ -134,11 +139,7 @@ fn carry_all_keeps_every_column_that_is_no_model_input() {
 fn carried_columns_survive_local_shards() {
     let dir = tmp();
     let input = carry_input(dir.path());
-    let mut pipeline = Pipeline::new(&input, dir.path().join("out"));
-    pipeline.max_segments = 64;
-    pipeline.max_rows = 16;
-    pipeline.writers_extra.push(carry_line(&CARRIED));
-    let run = pipeline.run(&["--local-shards", "2"]);
+    let run = carrying_in_small_batches(&input, dir.path()).run(&["--local-shards", "2"]);
     run.expect_code(0);
     let parts: Vec<String> = part_files(&run.out_dir)
         .iter()

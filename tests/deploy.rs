@@ -436,37 +436,48 @@ fn a_credential_written_into_a_manifest_is_refused() {
 }
 
 #[test]
-fn the_bucket_jobs_pods_predict_every_row_once_into_the_bucket() {
+fn the_s3_jobs_pods_predict_every_row_once_into_the_bucket() {
+    let server = S3Server::shared();
+    // What the Secret holds: the server's credentials and endpoint.
+    let secrets: BTreeMap<&str, String> = server.env().into_iter().collect();
+    assert_job_pods_predict_every_row_once(server, "job-s3.yaml", &secrets, "segpredict-night-s3");
+}
+
+/// The Job of `resource` as its pods, with the Secret holding `secrets`,
+/// reading `incoming/night/` of a new bucket (container) in `store` and
+/// writing `predictions/night/` there: `_SUCCESS`, every row once, the
+/// baseline's labels.
+fn assert_job_pods_predict_every_row_once(
+    store: &dyn TestBucket,
+    resource: &str,
+    secrets: &BTreeMap<&str, String>,
+    job: &str,
+) {
     let dir = tmp();
     let input = rowgroups_input(dir.path(), 300, 25);
     let ids = ids_of(&read_input(&input));
-    let server = S3Server::shared();
-    let bucket = server.unique_bucket("deploy-job-s3");
-    server
-        .client()
-        .upload(&bucket, "incoming/night/in.parquet", &input);
+    let bucket = Bucket::new(store, job);
+    bucket.put("incoming/night/in.parquet", &std::fs::read(&input).unwrap());
     let pipeline = Pipeline::new(&input, dir.path().join("unused"));
     let pipeline_file = pipeline.write(&dir.path().join("nightly.toml"));
-    let resource = &resources(&["job-s3.yaml"])[0];
+    let resource = &resources(&[resource])[0];
     let mounts = BTreeMap::from([
         ("PIPELINE", pipeline_file.display().to_string()),
-        ("INPUT", format!("s3://{bucket}/incoming/night/")),
-        ("OUTPUT", format!("s3://{bucket}/predictions/night/")),
+        ("INPUT", bucket.url("incoming/night/")),
+        ("OUTPUT", bucket.url("predictions/night/")),
     ]);
-    // What the Secret holds: the server's credentials and endpoint.
-    let secrets: BTreeMap<&str, String> = server.env().into_iter().collect();
-    for pod in run_pods(job_spec(resource), &mounts, &secrets, "segpredict-night-s3") {
+    for pod in run_pods(job_spec(resource), &mounts, secrets, job) {
         pod.expect_code(0);
     }
-    let keys = server.list(&bucket, "predictions/night/");
+    let keys = bucket.list("predictions/night/");
     assert!(
         keys.contains(&"predictions/night/_SUCCESS".to_string()),
         "{keys:?}"
     );
     let out = dir.path().join("night");
-    server
+    store
         .client()
-        .download(&bucket, "predictions/night/", &out);
+        .download(&bucket.name, "predictions/night/", &out);
     let output = read_output(&out);
     assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
     assert_same_predictions_as_baseline(&output);
@@ -487,24 +498,7 @@ fn the_azure_job_is_the_indexed_job_on_az_with_credentials_from_a_secret_only() 
 
 #[test]
 fn the_azure_jobs_pods_predict_every_row_once_into_the_container() {
-    let dir = tmp();
-    let input = rowgroups_input(dir.path(), 300, 25);
-    let ids = ids_of(&read_input(&input));
     let azurite = Azurite::shared();
-    let container = azurite.unique_container("deploy-job-azure");
-    azurite.put(
-        &container,
-        "incoming/night/in.parquet",
-        &std::fs::read(&input).unwrap(),
-    );
-    let pipeline = Pipeline::new(&input, dir.path().join("unused"));
-    let pipeline_file = pipeline.write(&dir.path().join("nightly.toml"));
-    let resource = &resources(&["job-azure.yaml"])[0];
-    let mounts = BTreeMap::from([
-        ("PIPELINE", pipeline_file.display().to_string()),
-        ("INPUT", format!("az://{container}/incoming/night/")),
-        ("OUTPUT", format!("az://{container}/predictions/night/")),
-    ]);
     // What the Secret holds: the account, its key and the endpoint (no
     // emulator switch: the path a real account with a private endpoint takes).
     let secrets = BTreeMap::from([
@@ -516,24 +510,10 @@ fn the_azure_jobs_pods_predict_every_row_once_into_the_container() {
         ),
         ("AZURE_ALLOW_HTTP", "true".to_string()),
     ]);
-    for pod in run_pods(
-        job_spec(resource),
-        &mounts,
+    assert_job_pods_predict_every_row_once(
+        azurite,
+        "job-azure.yaml",
         &secrets,
         "segpredict-night-azure",
-    ) {
-        pod.expect_code(0);
-    }
-    let keys = azurite.list(&container, "predictions/night/");
-    assert!(
-        keys.contains(&"predictions/night/_SUCCESS".to_string()),
-        "{keys:?}"
     );
-    let out = dir.path().join("night");
-    azurite
-        .client()
-        .download(&container, "predictions/night/", &out);
-    let output = read_output(&out);
-    assert_each_id_once(ids.iter().map(String::as_str), &output, &read_rejects(&out));
-    assert_same_predictions_as_baseline(&output);
 }

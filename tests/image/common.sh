@@ -21,3 +21,15 @@ crate_version() {
 }
 
 log() { printf '[image %s] %s\n' "$(date -u +%T)" "$*" >&2; }
+
+# The checks a script counts: `pass NAME`, `fail NAME`, and
+# `check NAME COMMAND...`, which passes when COMMAND exits 0.
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok   - $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL - $1" >&2; }
+check() {
+    local name="$1"
+    shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}

@@ -32,15 +32,6 @@ read -r -a extra <<<"${PODS_RUN_ARGS:-}"
 python="${VIRTUAL_ENV:-$repo/.venv}/bin/python"
 host_bin="$repo/target/release/segpredict"
 azurite="$repo/tools/azure/node_modules/.bin/azurite-blob"
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok   - $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL - $1" >&2; }
-check() {
-    local name="$1"
-    shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
-}
 
 work="$(mktemp -d /var/tmp/segpredict-pods.XXXXXX)"
 chmod 755 "$work"

@@ -29,16 +29,6 @@ repo="$PWD"
 variant="${IMAGE_VARIANT:-cpu}"
 host_bin="$repo/target/release/segpredict"
 python="${VIRTUAL_ENV:-$repo/.venv}/bin/python"
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok   - $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL - $1" >&2; }
-# check NAME COMMAND...: passes when COMMAND exits 0.
-check() {
-    local name="$1"
-    shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
-}
 finish() {
     echo "image test ($variant): $passed passed, $failed failed"
     echo "$passed passed, $failed failed"

@@ -13,17 +13,17 @@
 //! // ... run.args(["run", file]) with `az://{container}/in/` as the input
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::http::{
-    agent, configure_child, download_each, expect_status, hmac_sha256, no_proxy, send, unique_name,
-    uri_encode, xml_elements, xml_unescape, HttpResponse,
+    agent, configure_child, hmac_sha256, no_proxy, send, unique_name, uri_encode, xml_elements,
+    xml_unescape, HttpResponse,
 };
 use super::process::{port_after, started_by_a_parked_thread, wait_until_answering, LoopbackChild};
-use super::{repo, TestBucket};
+use super::{repo, BucketClient, TestBucket};
 
 /// Azurite's well-known development account and its published key
 /// (learn.microsoft.com, "Use the Azurite emulator": not a secret).
@@ -144,30 +144,12 @@ impl TestBucket for Azurite {
         self.process.port
     }
 
-    fn endpoint(&self) -> &str {
-        &self.client.endpoint
+    fn client(&self) -> &dyn BucketClient {
+        &self.client
     }
 
     fn unique_container(&self, hint: &str) -> String {
         self.unique_container(hint)
-    }
-
-    fn put(&self, container: &str, key: &str, body: &[u8]) {
-        self.client.put(container, key, body)
-    }
-
-    fn get(&self, container: &str, key: &str) -> Vec<u8> {
-        self.client.get(container, key)
-    }
-
-    fn try_get(&self, container: &str, key: &str) -> Option<Vec<u8>> {
-        let path = format!("/{container}/{key}");
-        let got = self.client.request("GET", &path, &[], &[], b"");
-        got.ok().filter(|r| r.status == 200).map(|r| r.body)
-    }
-
-    fn list(&self, container: &str, prefix: &str) -> Vec<String> {
-        self.client.list(container, prefix)
     }
 
     fn configure<'a>(&self, command: &'a mut Command, endpoint: &str) -> &'a mut Command {
@@ -206,9 +188,25 @@ impl AzureClient {
         }
     }
 
+    pub fn create_container(&self, container: &str) {
+        let query = [("restype", "container")];
+        self.expect(201, "PUT", &format!("/{container}"), &query, &[], b"");
+    }
+
+    pub fn delete(&self, container: &str, key: &str) {
+        self.expect(202, "DELETE", &format!("/{container}/{key}"), &[], &[], b"");
+    }
+}
+
+/// The Blob service's operations, signed with SharedKey.
+impl BucketClient for AzureClient {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     /// One signed request to `/ACCOUNT{path}`; `Err` when the connection
     /// failed, whatever the status otherwise.
-    pub fn request(
+    fn request(
         &self,
         method: &str,
         path: &str,
@@ -247,25 +245,7 @@ impl AzureClient {
         send(&self.agent, builder, body)
     }
 
-    fn expect(
-        &self,
-        expected: u16,
-        method: &str,
-        path: &str,
-        query: &[(&str, &str)],
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> HttpResponse {
-        let answer = self.request(method, path, query, headers, body);
-        expect_status(answer, expected, method, path, &self.endpoint)
-    }
-
-    pub fn create_container(&self, container: &str) {
-        let query = [("restype", "container")];
-        self.expect(201, "PUT", &format!("/{container}"), &query, &[], b"");
-    }
-
-    pub fn put(&self, container: &str, key: &str, body: &[u8]) {
+    fn put(&self, container: &str, key: &str, body: &[u8]) {
         let headers = [("x-ms-blob-type", "BlockBlob")];
         self.expect(
             201,
@@ -277,18 +257,9 @@ impl AzureClient {
         );
     }
 
-    pub fn get(&self, container: &str, key: &str) -> Vec<u8> {
-        self.expect(200, "GET", &format!("/{container}/{key}"), &[], &[], b"")
-            .body
-    }
-
-    pub fn delete(&self, container: &str, key: &str) {
-        self.expect(202, "DELETE", &format!("/{container}/{key}"), &[], &[], b"");
-    }
-
     /// Every blob under `prefix` (committed ones: an upload's staged blocks
     /// are not listed), in the service's (lexicographic) order, every page.
-    pub fn list(&self, container: &str, prefix: &str) -> Vec<String> {
+    fn list(&self, container: &str, prefix: &str) -> Vec<String> {
         let mut names = Vec::new();
         let mut marker = String::new();
         loop {
@@ -311,13 +282,6 @@ impl AzureClient {
                 _ => return names,
             }
         }
-    }
-
-    /// Every blob under `prefix` into `dir`, at its name less `prefix`.
-    pub fn download(&self, container: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
-        download_each(self.list(container, prefix), prefix, dir, |key| {
-            self.get(container, key)
-        })
     }
 }
 

@@ -16,26 +16,66 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::{
-    bin, quiet_env, read_report, recorded_files, run_command, slowed, Pipeline, Reference,
-    RunResult,
+    bin, download_each, expect_status, quiet_env, read_report, recorded_files, run_command, slowed,
+    HttpResponse, Pipeline, Reference, RunResult,
 };
 
-/// An object store on loopback as the store scenarios use it.
+/// A signed HTTP client of a store's REST API (`S3Client`, `AzureClient`):
+/// what [`TestBucket`]'s object operations go through.
+pub trait BucketClient: Sync {
+    /// `http://127.0.0.1:PORT`
+    fn endpoint(&self) -> &str;
+    /// One signed request to `path` (`/CONTAINER/KEY`); `Err` when the
+    /// connection failed, whatever the status otherwise.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<HttpResponse, ureq::Error>;
+    fn put(&self, container: &str, key: &str, body: &[u8]);
+    /// Every key under `prefix`, in the store's (lexicographic) order.
+    fn list(&self, container: &str, prefix: &str) -> Vec<String>;
+
+    /// `request` that must reach the server and be answered `expected`.
+    fn expect(
+        &self,
+        expected: u16,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> HttpResponse {
+        let answer = self.request(method, path, query, headers, body);
+        expect_status(answer, expected, method, path, self.endpoint())
+    }
+    fn get(&self, container: &str, key: &str) -> Vec<u8> {
+        let path = format!("/{container}/{key}");
+        self.expect(200, "GET", &path, &[], &[], b"").body
+    }
+    /// Every object under `prefix` into `dir`, at its key less `prefix`
+    /// (so `read_output(dir)` reads an output prefix); the paths written.
+    fn download(&self, container: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
+        download_each(self.list(container, prefix), prefix, dir, |key| {
+            self.get(container, key)
+        })
+    }
+}
+
+/// An object store on loopback as the store scenarios use it: its object
+/// operations are its client's.
 pub trait TestBucket: Sync {
     /// The scheme of segpredict's URLs for it: `s3`, `az`.
     fn scheme(&self) -> &'static str;
     /// The server's port (a fault proxy goes in front of it).
     fn port(&self) -> u16;
-    /// `http://127.0.0.1:PORT`
-    fn endpoint(&self) -> &str;
+    /// The client that reaches the server directly.
+    fn client(&self) -> &dyn BucketClient;
     /// A new empty bucket (container) named after `hint`, this test's own.
     fn unique_container(&self, hint: &str) -> String;
-    fn put(&self, container: &str, key: &str, body: &[u8]);
-    fn get(&self, container: &str, key: &str) -> Vec<u8>;
-    /// The object's bytes, or `None` where it is gone (or the read failed).
-    fn try_get(&self, container: &str, key: &str) -> Option<Vec<u8>>;
-    /// Every key under `prefix`, in the store's (lexicographic) order.
-    fn list(&self, container: &str, prefix: &str) -> Vec<String>;
     /// Points a child at the store through `endpoint` (the server's, or a
     /// fault proxy's in front of it), with nothing of the developer's own
     /// set-up left to redirect it.
@@ -45,6 +85,27 @@ pub trait TestBucket: Sync {
     /// Words that, in what a child writes, show its credentials leaked: a
     /// secret's field name, a fragment of the key it signs with.
     fn leak_markers(&self) -> &'static [&'static str];
+
+    /// `http://127.0.0.1:PORT`
+    fn endpoint(&self) -> &str {
+        self.client().endpoint()
+    }
+    fn put(&self, container: &str, key: &str, body: &[u8]) {
+        self.client().put(container, key, body)
+    }
+    fn get(&self, container: &str, key: &str) -> Vec<u8> {
+        self.client().get(container, key)
+    }
+    /// The object's bytes, or `None` where it is gone (or the read failed).
+    fn try_get(&self, container: &str, key: &str) -> Option<Vec<u8>> {
+        let path = format!("/{container}/{key}");
+        let got = self.client().request("GET", &path, &[], &[], b"");
+        got.ok().filter(|r| r.status == 200).map(|r| r.body)
+    }
+    /// Every key under `prefix`, in the store's (lexicographic) order.
+    fn list(&self, container: &str, prefix: &str) -> Vec<String> {
+        self.client().list(container, prefix)
+    }
 }
 
 /// One test's bucket (container) in `store`.

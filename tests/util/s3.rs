@@ -17,7 +17,7 @@
 //! configure_s3(&mut run, proxy.endpoint());  // the same, through the proxy
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,13 +25,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 
 use super::http::{
-    agent, configure_child, download_each, expect_status, hmac_sha256, no_proxy, send, unique_name,
-    uri_encode, xml_elements, xml_unescape, HttpResponse,
+    agent, configure_child, hmac_sha256, no_proxy, send, unique_name, uri_encode, xml_elements,
+    xml_unescape, HttpResponse,
 };
 use super::process::{
     bare_port, port_after, started_by_a_parked_thread, wait_until_answering, LoopbackChild,
 };
-use super::{python, repo, TestBucket};
+use super::{python, repo, BucketClient, TestBucket};
 
 /// The credentials the tests sign with; moto accepts any.
 pub const S3_ACCESS_KEY: &str = "test";
@@ -125,30 +125,12 @@ impl TestBucket for S3Server {
         self.process.port
     }
 
-    fn endpoint(&self) -> &str {
-        &self.client.endpoint
+    fn client(&self) -> &dyn BucketClient {
+        &self.client
     }
 
     fn unique_container(&self, hint: &str) -> String {
         self.unique_bucket(hint)
-    }
-
-    fn put(&self, bucket: &str, key: &str, body: &[u8]) {
-        self.client.put(bucket, key, body)
-    }
-
-    fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
-        self.client.get(bucket, key)
-    }
-
-    fn try_get(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
-        let path = format!("/{bucket}/{key}");
-        let got = self.client.request("GET", &path, &[], &[], b"");
-        got.ok().filter(|r| r.status == 200).map(|r| r.body)
-    }
-
-    fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        self.client.list(bucket, prefix)
     }
 
     fn configure<'a>(&self, command: &'a mut Command, endpoint: &str) -> &'a mut Command {
@@ -390,37 +372,15 @@ impl FaultProxy {
     }
 }
 
-/// A listed object.
-#[derive(Debug, Clone, PartialEq)]
-pub struct S3Object {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-}
-
-/// A signed (SigV4) path-style S3 client for loopback endpoints.
-pub struct S3Client {
-    endpoint: String,
-    host: String,
-    agent: ureq::Agent,
-}
-
-impl S3Client {
-    pub fn new(port: u16) -> Self {
-        Self {
-            endpoint: format!("http://127.0.0.1:{port}"),
-            host: format!("127.0.0.1:{port}"),
-            agent: agent(),
-        }
-    }
-
-    pub fn endpoint(&self) -> &str {
+/// S3's object operations, signed with SigV4.
+impl BucketClient for S3Client {
+    fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
     /// One signed request; `Err` when the connection failed (a reset, a
     /// refused connection), whatever the status otherwise.
-    pub fn request(
+    fn request(
         &self,
         method: &str,
         path: &str,
@@ -450,42 +410,48 @@ impl S3Client {
         send(&self.agent, builder, body)
     }
 
-    /// `request` that must reach the server and be answered `expected`.
-    fn expect(
-        &self,
-        expected: u16,
-        method: &str,
-        path: &str,
-        query: &[(&str, &str)],
-        body: &[u8],
-    ) -> HttpResponse {
-        let answer = self.request(method, path, query, &[], body);
-        expect_status(answer, expected, method, path, &self.endpoint)
+    fn put(&self, bucket: &str, key: &str, body: &[u8]) {
+        self.expect(200, "PUT", &format!("/{bucket}/{key}"), &[], &[], body);
+    }
+
+    fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        self.list_objects(bucket, prefix, 1000)
+            .into_iter()
+            .map(|o| o.key)
+            .collect()
+    }
+}
+
+/// A listed object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct S3Object {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
+
+/// A signed (SigV4) path-style S3 client for loopback endpoints.
+pub struct S3Client {
+    endpoint: String,
+    host: String,
+    agent: ureq::Agent,
+}
+
+impl S3Client {
+    pub fn new(port: u16) -> Self {
+        Self {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            host: format!("127.0.0.1:{port}"),
+            agent: agent(),
+        }
     }
 
     pub fn create_bucket(&self, bucket: &str) {
-        self.expect(200, "PUT", &format!("/{bucket}"), &[], b"");
-    }
-
-    pub fn put(&self, bucket: &str, key: &str, body: &[u8]) {
-        self.expect(200, "PUT", &format!("/{bucket}/{key}"), &[], body);
-    }
-
-    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
-        self.expect(200, "GET", &format!("/{bucket}/{key}"), &[], b"")
-            .body
+        self.expect(200, "PUT", &format!("/{bucket}"), &[], &[], b"");
     }
 
     pub fn delete(&self, bucket: &str, key: &str) {
-        self.expect(204, "DELETE", &format!("/{bucket}/{key}"), &[], b"");
-    }
-
-    /// Every object under `prefix` into `dir`, at its key less `prefix`
-    /// (so `read_output(dir)` reads an output prefix); the paths written.
-    pub fn download(&self, bucket: &str, prefix: &str, dir: &Path) -> Vec<PathBuf> {
-        download_each(self.list(bucket, prefix), prefix, dir, |key| {
-            self.get(bucket, key)
-        })
+        self.expect(204, "DELETE", &format!("/{bucket}/{key}"), &[], &[], b"");
     }
 
     /// Uploads the file at `path` under `key`.
@@ -493,13 +459,6 @@ impl S3Client {
         let body =
             std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         self.put(bucket, key, &body);
-    }
-
-    pub fn list(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        self.list_objects(bucket, prefix, 1000)
-            .into_iter()
-            .map(|o| o.key)
-            .collect()
     }
 
     /// ListObjectsV2 under `prefix`, `page` keys a request, every page.
@@ -517,7 +476,7 @@ impl S3Client {
                 query.push(("continuation-token", t.as_str()));
             }
             let xml = self
-                .expect(200, "GET", &format!("/{bucket}"), &query, b"")
+                .expect(200, "GET", &format!("/{bucket}"), &query, &[], b"")
                 .text();
             objects.extend(
                 xml_elements(&xml, "Contents")

@@ -194,7 +194,7 @@ fn gather_extra(rows: &[Row], k: usize) -> BatchExtra {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segpredict_core::message::{FlushReason, Origin, RowId, RowMeta};
+    use segpredict_core::message::{FlushReason, RowId, RowMeta};
 
     const SEGMENT_BYTES: usize = 3;
 
@@ -202,14 +202,7 @@ mod tests {
     /// extra of `n` values and a vector extra `[fill, fill]`.
     fn row(id: i64, n: usize, fill: u8) -> Row {
         Row {
-            meta: RowMeta {
-                id: RowId::Int(id),
-                origin: Origin {
-                    file_idx: 0,
-                    row_idx: id as u64,
-                },
-                carried: Box::default(),
-            },
+            meta: RowMeta::numbered(id as u64),
             n_segments: n,
             segments: vec![fill; n * SEGMENT_BYTES].into_boxed_slice(),
             extras: vec![

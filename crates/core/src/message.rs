@@ -84,6 +84,21 @@ pub struct InputFile {
 }
 
 impl InputFile {
+    /// A file found at `path` and not yet planned: nothing of its footer or
+    /// identity known (the plan fills them in when it opens the file).
+    pub fn unplanned(path: std::path::PathBuf) -> Self {
+        Self {
+            path,
+            size_bytes: 0,
+            modified: None,
+            rows: 0,
+            row_groups: 0,
+            footer_sha256: String::new(),
+            version: String::new(),
+            partitions: Vec::new(),
+        }
+    }
+
     /// The same for the same file, unchanged, in every run: its path, size,
     /// modification time (nanoseconds since the epoch, 0 if unknown) and
     /// footer hash.
@@ -147,6 +162,21 @@ pub struct RowMeta {
     /// readers encode, the writers decode, both from the plan's carried
     /// schema); empty when nothing is carried.
     pub carried: Box<[u8]>,
+}
+
+impl RowMeta {
+    /// Row `i` of file 0 with id `i`, nothing carried: a row made up by
+    /// the program itself (the calibration's probes), not read.
+    pub fn numbered(i: u64) -> Self {
+        Self {
+            id: RowId::Int(i as i64),
+            origin: Origin {
+                file_idx: 0,
+                row_idx: i,
+            },
+            carried: Box::default(),
+        }
+    }
 }
 
 /// The element type of a segment as stored in Parquet; the model worker

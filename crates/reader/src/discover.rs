@@ -144,17 +144,13 @@ fn object_files(text: &str) -> Result<Vec<InputFile>, ReaderError> {
                 .strip_prefix(root)
                 .map(partitions_of)
                 .unwrap_or_default(),
-            path: PathBuf::from(url.url_of(&o.location)),
             size_bytes: o.size,
-            modified: None,
-            rows: 0,
-            row_groups: 0,
-            footer_sha256: String::new(),
             version: o
                 .e_tag
                 .clone()
                 .or_else(|| o.version.as_ref().map(|v| format!("version {v}")))
                 .unwrap_or_default(),
+            ..InputFile::unplanned(PathBuf::from(url.url_of(&o.location)))
         })
         .collect())
 }
@@ -198,16 +194,7 @@ fn located(path: PathBuf) -> Result<InputFile, ReaderError> {
         path: path.clone(),
         source,
     })?;
-    let mut file = InputFile {
-        path,
-        size_bytes: 0,
-        modified: None,
-        rows: 0,
-        row_groups: 0,
-        footer_sha256: String::new(),
-        version: String::new(),
-        partitions: Vec::new(),
-    };
+    let mut file = InputFile::unplanned(path);
     set_identity(&mut file, &metadata);
     Ok(file)
 }

@@ -511,16 +511,7 @@ mod tests {
     }
 
     fn local(path: &Path) -> InputFile {
-        InputFile {
-            path: path.to_path_buf(),
-            size_bytes: 0,
-            modified: None,
-            rows: 0,
-            row_groups: 0,
-            footer_sha256: String::new(),
-            version: String::new(),
-            partitions: Vec::new(),
-        }
+        InputFile::unplanned(path.to_path_buf())
     }
 
     fn hash_of(path: &Path) -> String {

@@ -385,50 +385,33 @@ fn connect(bucket_url: &str) -> Result<Arc<dyn ObjectStore>, StorageError> {
     Ok(client)
 }
 
+/// `Builder::from_env()` for `url`, `options` over it, our retry policy and
+/// request-counting connector, built. (object_store's three builders share
+/// these methods but no trait, hence a macro.)
+macro_rules! configured {
+    ($builder:ty, $url:expr, $options:expr) => {{
+        let mut builder = <$builder>::from_env().with_url($url);
+        for (key, value) in $options {
+            builder = builder.with_config(key.parse()?, *value);
+        }
+        Arc::new(
+            builder
+                .with_retry(retry_config())
+                .with_http_connector(counting::CountingConnector)
+                .build()?,
+        )
+    }};
+}
+
 /// A client of `bucket_url` from the environment, then `options`
 /// (object_store's configuration keys) over it.
 fn build(bucket_url: &str, options: &[(&str, &str)]) -> object_store::Result<Arc<dyn ObjectStore>> {
     use object_store::{aws, azure, gcp};
     let scheme = bucket_url.split_once("://").map_or("", |(s, _)| s);
-    let retry = retry_config();
-    let connector = counting::CountingConnector;
     Ok(match scheme {
-        "s3" | "s3a" => {
-            let mut builder = aws::AmazonS3Builder::from_env().with_url(bucket_url);
-            for (key, value) in options {
-                builder = builder.with_config(key.parse()?, *value);
-            }
-            Arc::new(
-                builder
-                    .with_retry(retry)
-                    .with_http_connector(connector)
-                    .build()?,
-            )
-        }
-        "gs" => {
-            let mut builder = gcp::GoogleCloudStorageBuilder::from_env().with_url(bucket_url);
-            for (key, value) in options {
-                builder = builder.with_config(key.parse()?, *value);
-            }
-            Arc::new(
-                builder
-                    .with_retry(retry)
-                    .with_http_connector(connector)
-                    .build()?,
-            )
-        }
-        _ => {
-            let mut builder = azure::MicrosoftAzureBuilder::from_env().with_url(bucket_url);
-            for (key, value) in options {
-                builder = builder.with_config(key.parse()?, *value);
-            }
-            Arc::new(
-                builder
-                    .with_retry(retry)
-                    .with_http_connector(connector)
-                    .build()?,
-            )
-        }
+        "s3" | "s3a" => configured!(aws::AmazonS3Builder, bucket_url, options),
+        "gs" => configured!(gcp::GoogleCloudStorageBuilder, bucket_url, options),
+        _ => configured!(azure::MicrosoftAzureBuilder, bucket_url, options),
     })
 }
 

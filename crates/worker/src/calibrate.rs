@@ -10,7 +10,7 @@ use super::{alloc, Worker, WorkerError};
 use segpredict_core::exit::{Classify, Failure};
 use segpredict_core::message::{
     Batch, BatchExtra, Calibration, CalibrationPoint, ExtraSpec, FlushReason, InputSpec, LinearFit,
-    Origin, RowId, RowMeta,
+    RowMeta,
 };
 
 /// Segments per synthetic row: the sample's median, so per-row work is typical.
@@ -288,16 +288,7 @@ pub fn synthetic_batch_of_rows(
             ExtraSpec::Int => BatchExtra::Ints(vec![0; n_rows]),
         })
         .collect();
-    let rows = (0..n_rows)
-        .map(|i| RowMeta {
-            id: RowId::Int(i as i64),
-            origin: Origin {
-                file_idx: 0,
-                row_idx: i as u64,
-            },
-            carried: Box::default(),
-        })
-        .collect();
+    let rows = (0..n_rows).map(|i| RowMeta::numbered(i as u64)).collect();
     Batch {
         seq: 0,
         rows,

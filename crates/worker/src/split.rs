@@ -142,7 +142,7 @@ fn split_extra(extra: BatchExtra, cut: usize) -> (BatchExtra, BatchExtra) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use segpredict_core::message::{Origin, RowId, RowMeta};
+    use segpredict_core::message::{RowId, RowMeta};
 
     const SEGMENT_BYTES: usize = 2;
 
@@ -151,14 +151,7 @@ mod tests {
     /// extra per row.
     fn batch(counts: &[usize], padded: usize) -> Batch {
         let rows = (0..counts.len())
-            .map(|i| RowMeta {
-                id: RowId::Int(i as i64),
-                origin: Origin {
-                    file_idx: 0,
-                    row_idx: i as u64,
-                },
-                carried: Box::default(),
-            })
+            .map(|i| RowMeta::numbered(i as u64))
             .collect();
         let mut segments = Vec::new();
         for (row, &n) in counts.iter().enumerate() {

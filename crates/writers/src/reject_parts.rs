@@ -87,14 +87,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = segpredict_checkpoint::LocalStore::new(dir.path());
         let file = |name: &str| segpredict_core::message::InputFile {
-            path: name.into(),
-            size_bytes: 0,
-            modified: None,
             rows: 10,
             row_groups: 1,
-            footer_sha256: String::new(),
-            version: String::new(),
-            partitions: Vec::new(),
+            ..segpredict_core::message::InputFile::unplanned(name.into())
         };
         let sources: Sources = Arc::new(vec![file("a.parquet"), file("b.parquet")]);
         let mut finals = Vec::new();
