@@ -98,6 +98,11 @@ fn a_tenth_of_azure_requests_failing_or_reset_costs_retries_not_rows() {
 }
 
 #[test]
+fn a_missing_azure_container_as_input_or_output_fails_at_once_in_one_line() {
+    stores::a_missing_bucket_fails_at_once_in_one_line(Azurite::shared());
+}
+
+#[test]
 fn failures_that_outlast_the_retries_on_azure_exit_retryable_and_the_rerun_resumes() {
     stores::failures_outlasting_the_retries_exit_retryable(Azurite::shared());
 }

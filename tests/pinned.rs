@@ -345,23 +345,3 @@ fn eleven_503s_in_a_row_and_a_25_second_outage_are_ridden_out() {
     assert_complete_in(server, &bucket, &run, &reference);
     assert!(proxy.stats().fail > 11, "{:?}", proxy.stats());
 }
-
-#[test]
-fn a_missing_bucket_is_exit_2_and_one_line() {
-    let server = S3Server::shared();
-    let dir = tmp();
-    let local = sample_subset(dir.path(), "in.parquet", 40);
-    let missing = format!("s3://no-such-bucket-{}/in/", std::process::id());
-    let file = Pipeline::new(&local, dir.path().join("out")).write(&dir.path().join("p.toml"));
-    let mut command = s3_command(
-        server.endpoint(),
-        &["run", file.to_str().unwrap(), "--input", &missing],
-    );
-    let run = run_command(&mut command, &dir.path().join("out"));
-    let line = expect_one_line_error(&run);
-    assert!(
-        line.contains(&missing) && line.contains("NoSuchBucket") && !line.contains("<?xml"),
-        "{line}"
-    );
-    assert_eq!(line.matches("does not exist").count(), 1, "{line}");
-}

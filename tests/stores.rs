@@ -354,6 +354,53 @@ pub(crate) fn a_tenth_of_requests_failing_costs_retries_not_rows(store: &dyn Tes
     assert!(!line.ends_with(" 0"), "{line}");
 }
 
+/// A bucket (container) that does not exist, as the input and as the
+/// output: exit 2 (permanent) at once, one line naming the URL and the
+/// store's code, no XML body; a few requests, not retries for
+/// `retry_timeout_s` (Azure answers a listing of a missing container 404
+/// in a generic error, which once read as a server failure kept a run
+/// retrying for 3 minutes).
+pub(crate) fn a_missing_bucket_fails_at_once_in_one_line(store: &dyn TestBucket) {
+    let bucket = Bucket::new(store, "missing");
+    let dir = tmp();
+    let local = sample_subset(dir.path(), "in.parquet", 40);
+    let missing = format!("{}://no-such-{}", store.scheme(), std::process::id());
+    let code = match store.scheme() {
+        "az" => "ContainerNotFound",
+        _ => "NoSuchBucket",
+    };
+    for (what, input, output) in [
+        (
+            "input",
+            format!("{missing}/in/"),
+            dir.path().join("out").display().to_string(),
+        ),
+        (
+            "output",
+            local.display().to_string(),
+            format!("{missing}/out/"),
+        ),
+    ] {
+        let proxy = FaultProxy::start(store.port(), FaultRates::default());
+        let file = Pipeline::new(&input, &output).write(&dir.path().join(format!("{what}.toml")));
+        let args = ["run", file.to_str().unwrap()];
+        let run = run_command(
+            &mut bucket.command(proxy.endpoint(), &args),
+            &dir.path().join(what),
+        );
+        let line = expect_one_line_error(&run);
+        assert!(
+            line.contains(&format!("{missing}/")) && line.contains(code) && !line.contains("<?xml"),
+            "{what}: {line}"
+        );
+        let requests = proxy.stats().requests;
+        assert!(
+            requests <= 10,
+            "{what}: {requests} requests, retried: {line}"
+        );
+    }
+}
+
 /// Every request failing after a commit, for longer than the retries
 /// last: the run exits 1 (retryable), and the rerun resumes.
 pub(crate) fn failures_outlasting_the_retries_exit_retryable(store: &dyn TestBucket) {

@@ -89,9 +89,12 @@ fn retried<T>(mut operation: impl FnMut() -> object_store::Result<T>) -> object_
     }
 }
 
-/// A failure of the network or the server, not an answer about the object.
+/// A failure of the network or the server, not an answer about the object
+/// or the bucket: a missing bucket or container (Azure's list answers 404
+/// `ContainerNotFound` as a generic error) or another 4xx a later try
+/// cannot pass fails at once instead of for `retry_timeout`.
 fn is_transient(error: &object_store::Error) -> bool {
-    matches!(error, object_store::Error::Generic { .. })
+    matches!(error, object_store::Error::Generic { .. }) && !segpredict_storage::is_permanent(error)
 }
 
 /// object_store's error as the io error [`StoreError`] carries: one line,
