@@ -182,7 +182,10 @@ fn three_shards_one_killed_and_rerun_give_one_processs_output() {
     let input = rowgroups_input(dir.path(), 360, 20);
     let reference = Reference::of(&slowed(&input, &dir.path().join("single")), &input);
     let out = dir.path().join("sharded");
-    let file = slowed(&input, &out).write(&dir.path().join("sharded.toml"));
+    let mut pipeline = slowed(&input, &out);
+    // Six parts a shard, so shard 1 killed at its first has most left.
+    pipeline.rows_per_file = Some(20);
+    let file = pipeline.write(&dir.path().join("sharded.toml"));
     let mut shards: Vec<Child> = (0..3)
         .map(|i| spawn(&file, &["--shard", &format!("{i}/3")]))
         .collect();

@@ -190,18 +190,32 @@ pub(crate) fn three_shards_one_killed(store: &dyn TestBucket) {
     let local = rowgroups_input(dir.path(), 360, 20);
     let input = bucket.upload_input(&local);
     let reference = Reference::of(&slowed(&local, &dir.path().join("single")), &local);
-    let file = bucket
-        .slowed_into(&input, "sharded")
-        .write(&dir.path().join("sharded.toml"));
+    let mut pipeline = bucket.slowed_into(&input, "sharded");
+    // Six parts a shard: killed at its first commit, shard 1 has most of
+    // its work left (with two, a loaded machine let it finish in between).
+    pipeline.rows_per_file = Some(20);
+    let file = pipeline.write(&dir.path().join("sharded.toml"));
     let endpoint = bucket.endpoint();
     let mut shards: Vec<Child> = (0..3)
         .map(|i| bucket.spawn(endpoint, &file, &["--shard", &format!("{i}/3")]))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(90);
+    let shard_1_log = "sharded/_progress/log/s001of003/";
     let killed = kill_when(&mut shards[1], deadline, || {
-        bucket.committed("sharded", "part-s001of003-")
+        recorded_files(&bucket.log_records(shard_1_log))
+            .iter()
+            .any(|(key, _, _)| key.starts_with("part-s001of003-"))
     });
     assert!(killed, "shard 1 finished before it could be killed");
+    let kinds: Vec<String> = bucket
+        .log_records(shard_1_log)
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k == "done"),
+        "shard 1 was done before the kill landed: {kinds:?}"
+    );
     for (i, shard) in shards.into_iter().enumerate().filter(|(i, _)| *i != 1) {
         let (code, stderr) = finished(shard);
         assert_eq!(code, Some(0), "shard {i}: {stderr}");

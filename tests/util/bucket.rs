@@ -183,15 +183,20 @@ impl<'s> Bucket<'s> {
     /// Whether a commit record under `out` (a prefix) names a part whose
     /// name starts with `part` (committed, not merely uploaded).
     pub fn committed(&self, out: &str, part: &str) -> bool {
-        let records: Vec<serde_json::Value> = self
-            .list(&format!("{out}/_progress/log/"))
+        recorded_files(&self.log_records(&format!("{out}/_progress/log/")))
+            .iter()
+            .any(|(key, _, _)| key.starts_with(part))
+    }
+
+    /// The commit-log records under `prefix` (`out/_progress/log/` for
+    /// every shard's, `out/_progress/log/s001of003/` for one shard's), in
+    /// order; log checkpoints (`.`-names) left out.
+    pub fn log_records(&self, prefix: &str) -> Vec<serde_json::Value> {
+        self.list(prefix)
             .iter()
             .filter(|key| !key.rsplit('/').next().unwrap_or_default().starts_with('.'))
             .filter_map(|key| serde_json::from_slice(&self.get(key)).ok())
-            .collect();
-        recorded_files(&records)
-            .iter()
-            .any(|(key, _, _)| key.starts_with(part))
+            .collect()
     }
 
     /// A slowed pipeline from `input` into `prefix/`, with 3 s leases.
